@@ -1,0 +1,71 @@
+"""`algorithm:` — which algorithm and which parts (Trinity-RFT's keys).
+
+Parts left as None are filled by the `algorithm_type` preset in services/trainer/algorithms;
+a part the user set is never overridden.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from services.common.config.base import Section
+
+
+class OptimizerConfig(Section):
+    lr: float = Field(1e-6, gt=0)
+    """Learning rate (Trinity default 1e-6)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    weight_decay: float = Field(0.01, ge=0)
+    """AdamW weight decay."""
+    lr_warmup_steps: int = Field(0, ge=0)
+    """Linear warm-up steps (takes precedence over lr_warmup_steps_ratio when > 0)."""
+    lr_warmup_steps_ratio: float = Field(0.0, ge=0, le=1)
+    """Warm-up steps as a fraction of the total training steps."""
+    warmup_style: Literal["constant", "cosine"] = "constant"
+    """Schedule after warm-up."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Cosine schedule floor as a fraction of lr."""
+    grad_clip: float = Field(1.0, ge=0)
+    """Clip the global gradient norm to this value; 0 disables clipping."""
+
+
+class AlgorithmConfig(Section):
+    algorithm_type: str = "ppo"
+    """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, ..."""
+    repeat_times: int = Field(1, ge=1)
+    """Rollouts per task (GRPO/OPMD need > 1)."""
+    sample_strategy: str | None = None
+    """How the trainer reads experiences: default, staleness_control, mix."""
+    sample_strategy_args: dict[str, Any] | None = None
+    """Arguments of the sample strategy (e.g. max_staleness, expert_data_ratio)."""
+    advantage_fn: str | None = None
+    """grpo, ppo, rloo, reinforceplusplus, opmd, ..."""
+    advantage_fn_args: dict[str, Any] | None = None
+    """Arguments of the advantage fn (e.g. epsilon, gamma, lam)."""
+    policy_loss_fn: str | None = None
+    """ppo, gspo, cispo, opmd, sft, dpo, mix."""
+    policy_loss_fn_args: dict[str, Any] | None = None
+    """Arguments of the policy loss (clip_range, clip_range_low/high, clip_ratio_c, beta, tau, mu)."""
+    kl_penalty_fn: str | None = None
+    """KL applied as a reward penalty: none, k1, k2, k3, low_var_kl, abs."""
+    kl_penalty_fn_args: dict[str, Any] | None = None
+    """Arguments of the KL penalty (kl_coef, adaptive, target_kl, horizon)."""
+    kl_loss_fn: str | None = None
+    """KL added to the loss: none, k1, k2, k3, low_var_kl, abs."""
+    kl_loss_fn_args: dict[str, Any] | None = None
+    """Arguments of the KL loss (kl_coef)."""
+    entropy_loss_fn: str | None = None
+    """default or none."""
+    entropy_loss_fn_args: dict[str, Any] | None = None
+    """Arguments of the entropy loss (entropy_coef)."""
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = (
+        "token-mean"
+    )
+    """How per-token losses are reduced to a scalar."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """Actor optimizer."""
+    use_critic: bool | None = None
+    """Train a value model (PPO with GAE); None lets the preset decide."""

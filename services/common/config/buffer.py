@@ -1,0 +1,139 @@
+"""`buffer:` — task sets and experience buffers (Trinity-RFT's keys)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from services.common.config.base import Section
+
+
+class FormatConfig(Section):
+    prompt_type: Literal["plaintext", "messages"] = "plaintext"
+    """plaintext: the prompt is a string column; messages: a list of chat messages."""
+    prompt_key: str = "prompt"
+    """Column with the prompt (plaintext)."""
+    response_key: str = "response"
+    """Column with the reference answer / response."""
+    system_prompt_key: str | None = None
+    """Column with a per-row system prompt."""
+    system_prompt: str | None = None
+    """System prompt for every row (lower priority than system_prompt_key)."""
+    messages_key: str = "messages"
+    """Column with chat messages (prompt_type messages)."""
+    tools_key: str = "tools"
+    """Column with tool definitions."""
+    chosen_key: str = "chosen"
+    """DPO: column with the chosen response."""
+    rejected_key: str = "rejected"
+    """DPO: column with the rejected response."""
+    enable_concatenated_multi_turn: bool = False
+    """SFT on multi-turn messages as one sequence."""
+    chat_template: str | None = None
+    """Chat template overriding model.custom_chat_template."""
+    reply_prefix: str | None = None
+    """Text appended after the prompt (e.g. a plaintext model's answer cue)."""
+
+
+class TaskSelectorConfig(Section):
+    selector_type: Literal["sequential", "shuffle", "random", "difficulty_based"] = "sequential"
+    """Order of tasks: file order, reshuffled per epoch, sampled with replacement, or by pass rate."""
+    seed: int = 42
+    """Seed of shuffle/random (shuffle reseeds with seed + epoch)."""
+    target_pass_rate: float = Field(0.5, ge=0, le=1)
+    """difficulty_based: prefer tasks whose pass rate is near this."""
+    temperature: float = Field(1.0, gt=0)
+    """difficulty_based: sharpness of the preference."""
+
+
+class StorageConfig(Section):
+    name: str = ""
+    """Buffer name (unique)."""
+    storage_type: Literal["file", "queue", "sql"] = "file"
+    """file: jsonl/parquet/HF dir; queue: fifo or priority queue; sql: persistent table."""
+    path: str | None = None
+    """file: data file or directory; queue/sql: optional SQLite file (default under the run dir)."""
+    subset_name: str | None = None
+    """HF-layout subset (sub-directory)."""
+    split: str = "train"
+    """HF-layout split (file name prefix)."""
+    repeat_times: int | None = Field(None, ge=1)
+    """Rollouts per task; defaults to algorithm.repeat_times for the taskset and 1 for eval."""
+    format: FormatConfig = FormatConfig()
+    """Column names."""
+    rollout_args: dict[str, Any] = Field(default_factory=dict)
+    """Sampling arguments (temperature, top_p, top_k, max_tokens, logprobs)."""
+    workflow_args: dict[str, Any] = Field(default_factory=dict)
+    """Extra workflow arguments."""
+    reward_fn_args: dict[str, Any] = Field(default_factory=dict)
+    """Extra reward-function arguments."""
+    default_workflow_type: str | None = None
+    """Workflow for this taskset (falls back to buffer.default_workflow_type)."""
+    default_reward_fn_type: str | None = None
+    """Reward fn for this taskset (falls back to buffer.default_reward_fn_type)."""
+    task_selector: TaskSelectorConfig = TaskSelectorConfig()
+    """Task order."""
+    total_epochs: int | None = Field(None, ge=1)
+    """Epochs of this taskset (falls back to buffer.total_epochs)."""
+    total_steps: int | None = Field(None, ge=1)
+    """Batches of this taskset (falls back to buffer.total_steps)."""
+    max_read_timeout: float = Field(1800.0, ge=0)
+    """Seconds a read waits to fill its batch before returning a partial one."""
+    use_priority_queue: bool = False
+    """queue: a priority queue instead of fifo."""
+    reuse_cooldown_time: float | None = Field(None, ge=0)
+    """Priority queue: seconds before a read item may be read again; None: never reused."""
+    priority_fn: str = "linear_decay"
+    """Priority queue: linear_decay or decay_limit_randomization."""
+    priority_fn_args: dict[str, Any] = Field(default_factory=dict)
+    """Arguments of the priority fn (decay, use_count_limit, sigma)."""
+    capacity: int | None = Field(None, ge=1)
+    """Max items; fifo writers wait when full, priority queues evict the lowest."""
+    enable_progress_bar: bool = False
+    """Accepted for Trinity compatibility; progress is logged instead."""
+
+
+class ExplorerInputConfig(Section):
+    taskset: StorageConfig | None = None
+    """Training taskset."""
+    eval_tasksets: list[StorageConfig] = Field(default_factory=list)
+    """Evaluation tasksets."""
+    default_workflow_type: str | None = None
+    """Workflow when neither the taskset nor buffer sets one."""
+    default_reward_fn_type: str | None = None
+    """Reward fn when neither the taskset nor buffer sets one."""
+
+
+class TrainerInputConfig(Section):
+    experience_buffer: StorageConfig = StorageConfig(name="experience_buffer", storage_type="queue")
+    """Where the explorer writes and the trainer reads."""
+    auxiliary_buffers: dict[str, StorageConfig] = Field(default_factory=dict)
+    """Extra buffers (SFT data for mix, ...)."""
+    sft_warmup_dataset: StorageConfig | None = None
+    """Accepted for older Trinity configs: an SFT dataset for warm-up."""
+
+
+class BufferConfig(Section):
+    batch_size: int = Field(1, ge=1)
+    """Tasks per explorer step (not multiplied by repeat_times)."""
+    train_batch_size: int | None = Field(None, ge=1)
+    """Experiences per training step; defaults to batch_size * algorithm.repeat_times."""
+    total_epochs: int = Field(1, ge=1)
+    """Epochs over the taskset."""
+    total_steps: int | None = Field(None, ge=1)
+    """Steps; overrides total_epochs when set."""
+    explorer_input: ExplorerInputConfig = ExplorerInputConfig()
+    """Tasksets."""
+    trainer_input: TrainerInputConfig = TrainerInputConfig()
+    """Experience buffers."""
+    default_workflow_type: str | None = None
+    """Workflow used when a taskset names none."""
+    default_reward_fn_type: str | None = None
+    """Reward fn used when a taskset names none."""
+    data_dir: str | None = None
+    """Where the buffer service keeps its SQLite files; default <run dir>/buffer."""
+    lease_s: float = Field(600.0, gt=0)
+    """Default lease of a read, in seconds, before unacked items come back."""
+    max_batch_items: int = Field(4096, ge=1)
+    """Largest number of experiences in one Write or Read; more is INVALID_ARGUMENT."""

@@ -1,0 +1,133 @@
+"""YAML → OmegaConf (interpolation, `${oc.env:VAR,default}`) → pydantic, with errors that name the key."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
+
+from services.common.config.schema import TrinityConfig
+from services.common.errors import ConfigError
+
+DEFAULT_CONFIG_NAME = "default.yaml"
+
+
+def default_config_path() -> str:
+    """The embedded default config shipped inside the package."""
+    return str(resources.files("services.common.config") / DEFAULT_CONFIG_NAME)
+
+
+def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = ()) -> TrinityConfig:
+    """Load, interpolate and validate a config file; `overrides` are dotlist items (`a.b=1`)."""
+    raw = load_raw(path, overrides)
+    return validate_config(raw)
+
+
+def load_raw(path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    path = path or default_config_path()
+    if not os.path.exists(path):
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        conf = OmegaConf.load(path)
+        if overrides:
+            conf = OmegaConf.merge(conf, OmegaConf.from_dotlist(list(overrides)))
+        data = OmegaConf.to_container(conf, resolve=True)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", "") or ""
+        raise ConfigError(f"cannot read {path}: {exc.msg if hasattr(exc, 'msg') else exc}", field=str(key)) from exc
+    except Exception as exc:  # yaml syntax errors
+        raise ConfigError(f"cannot parse {path}: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must contain a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def validate_config(raw: dict[str, Any]) -> TrinityConfig:
+    """Validate the tree and every stage (merged over the globals); raise ConfigError on the first error."""
+    cfg = _validate(raw, prefix="")
+    stage_configs = []
+    seen: set[str] = set()
+    for index, stage in enumerate(cfg.stages):
+        if stage.stage_name in seen:
+            raise ConfigError(f"duplicate stage_name {stage.stage_name!r}", field=f"stages[{index}].stage_name")
+        seen.add(stage.stage_name)
+        merged = _merge_stage(raw, stage.model_dump(exclude_none=True))
+        stage_configs.append(_validate(merged, prefix=f"stages[{index}]."))
+    cfg._stage_configs = stage_configs
+    return cfg
+
+
+def _merge_stage(raw: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
+    base = {k: v for k, v in raw.items() if k != "stages"}
+    overrides = {k: v for k, v in stage.items() if k not in ("stage_name",)}
+    merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(overrides)))
+    assert isinstance(merged, dict)
+    merged["name"] = f"{raw.get('name', TrinityConfig.model_fields['name'].default)}/{stage['stage_name']}"
+    return merged  # type: ignore[return-value]
+
+
+def _validate(raw: dict[str, Any], prefix: str) -> TrinityConfig:
+    try:
+        return TrinityConfig.model_validate(raw)
+    except ValidationError as exc:
+        messages = [format_error(err, prefix) for err in exc.errors()]
+        first = exc.errors()[0]
+        raise ConfigError("; ".join(messages), field=prefix + _dotted(first["loc"])) from None
+
+
+def _dotted(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def format_error(err: Any, prefix: str = "") -> str:
+    """One line per pydantic error: `key.path: what was wrong (expected ...)`."""
+    loc = err["loc"]
+    path = prefix + _dotted(loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+        return f"{path}: unknown key{hint}"
+    if kind == "missing":
+        return f"{path}: required value is missing"
+    given = err.get("input")
+    shown = f" (got {given!r})" if given is not None and not isinstance(given, dict) else ""
+    return f"{path}: {err['msg']}{shown}"
+
+
+def _allowed_keys(loc: Sequence[Any]) -> list[str]:
+    """Field names of the model at `loc`, walking through nested models, lists and dicts."""
+    model: Any = TrinityConfig
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return sorted(model.model_fields)
+    return []
+
+
+def _model_of(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,47 @@
+"""`model:` — the model being trained and token limits (Trinity-RFT's keys)."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from services.common.config.base import Section
+
+
+class ModelConfig(Section):
+    model_path: str = "builtin:tiny-arith"
+    """Hub id or local path of a causal LM; `builtin:<name>` builds a tiny model locally (no download)."""
+    tokenizer_path: str | None = None
+    """Tokenizer location when it differs from model_path."""
+    critic_model_path: str | None = None
+    """Critic (value) model; defaults to model_path."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Max tokens of prompt + response; defaults to max_prompt_tokens + max_response_tokens."""
+    max_prompt_tokens: int = Field(1024, ge=1)
+    """Prompts longer than this are truncated from the left."""
+    max_response_tokens: int = Field(512, ge=1)
+    """Max generated tokens per response."""
+    min_response_tokens: int = Field(1, ge=0)
+    """Min generated tokens per response."""
+    custom_chat_template: str | None = None
+    """Jinja chat template overriding the tokenizer's."""
+    dtype: str = "auto"
+    """Weights dtype: auto (bf16 on GPU, fp32 on CPU), float32, bfloat16, float16."""
+    seed: int = 42
+    """Seed for building builtin models and for sampling."""
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> ModelConfig:
+        if self.min_response_tokens >= self.max_response_tokens:
+            raise ValueError(
+                f"min_response_tokens ({self.min_response_tokens}) must be < max_response_tokens "
+                f"({self.max_response_tokens})"
+            )
+        return self
+
+    @property
+    def effective_max_model_len(self) -> int:
+        return self.max_model_len or self.max_prompt_tokens + self.max_response_tokens
+
+    @property
+    def effective_critic_path(self) -> str:
+        return self.critic_model_path or self.model_path

@@ -1,0 +1,97 @@
+"""The root of the YAML: Trinity-RFT's top-level keys plus `services:`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr
+
+from services.common.config.algorithm import AlgorithmConfig
+from services.common.config.base import Section
+from services.common.config.buffer import BufferConfig
+from services.common.config.explorer import ExplorerConfig
+from services.common.config.model import ModelConfig
+from services.common.config.monitor import ClusterConfig, DataProcessorConfig, LogConfig, MonitorConfig
+from services.common.config.services import ServicesConfig
+from services.common.config.synchronizer import SynchronizerConfig
+from services.common.config.trainer import TrainerConfig
+
+Mode = Literal["both", "train", "explore", "bench"]
+
+
+class StageConfig(Section):
+    """One entry of `stages:`; sections given here are merged over the global ones."""
+
+    stage_name: str
+    """Unique name; the stage runs as experiment `<name>/<stage_name>`."""
+    mode: Mode | None = None
+    """Mode of this stage (inherits the global mode)."""
+    algorithm: dict[str, Any] | None = None
+    """Overrides of `algorithm:`."""
+    buffer: dict[str, Any] | None = None
+    """Overrides of `buffer:`."""
+    explorer: dict[str, Any] | None = None
+    """Overrides of `explorer:`."""
+    trainer: dict[str, Any] | None = None
+    """Overrides of `trainer:`."""
+    synchronizer: dict[str, Any] | None = None
+    """Overrides of `synchronizer:`."""
+    model: dict[str, Any] | None = None
+    """Overrides of `model:` (the model path is normally the previous stage's weights)."""
+
+
+class TrinityConfig(Section):
+    project: str = "trinity-grpc"
+    """Project name; runs live under <checkpoint_root_dir>/<project>/<name>/."""
+    name: str = "default"
+    """Experiment name."""
+    mode: Mode = "both"
+    """both: train and explore; train; explore; bench: evaluate checkpoints."""
+    checkpoint_root_dir: str = "./runs"
+    """Root of checkpoints, buffers, logs and TensorBoard files."""
+    continue_from_checkpoint: bool = True
+    """Resume the run in <run dir> if there is one; false starts <name>_<timestamp>."""
+    ray_namespace: str | None = None
+    """Accepted for Trinity compatibility; no effect."""
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    """Algorithm and its parts."""
+    model: ModelConfig = ModelConfig()
+    """Model and token limits."""
+    cluster: ClusterConfig = ClusterConfig()
+    """Nodes and GPUs."""
+    buffer: BufferConfig = BufferConfig()
+    """Tasksets and experience buffers."""
+    explorer: ExplorerConfig = ExplorerConfig()
+    """Rollout engines and workflows."""
+    trainer: TrainerConfig = TrainerConfig()
+    """Training loop."""
+    synchronizer: SynchronizerConfig = SynchronizerConfig()
+    """Sync plan and weight transfer."""
+    monitor: MonitorConfig = MonitorConfig()
+    """Metrics."""
+    log: LogConfig = LogConfig()
+    """Logging."""
+    data_processor: DataProcessorConfig = DataProcessorConfig()
+    """Task and experience pipelines."""
+    stages: list[StageConfig] = Field(default_factory=list)
+    """Stages run in order, each from the previous stage's final weights."""
+    services: ServicesConfig = ServicesConfig()
+    """Addresses, security and timeouts of the four services."""
+
+    _stage_configs: list[TrinityConfig] = PrivateAttr(default_factory=list)
+
+    @property
+    def run_dir(self) -> str:
+        """<checkpoint_root_dir>/<project>/<name>: everything this run writes."""
+        return os.path.join(self.checkpoint_root_dir, self.project, self.name)
+
+    @property
+    def train_batch_size(self) -> int:
+        """Experiences per training step (buffer.train_batch_size or batch_size * repeat_times)."""
+        return self.buffer.train_batch_size or self.buffer.batch_size * self.algorithm.repeat_times
+
+    @property
+    def stage_configs(self) -> list[TrinityConfig]:
+        """The full config of each stage, in order ([self] when there are no stages)."""
+        return self._stage_configs or [self]

@@ -1,0 +1,200 @@
+"""Conversion between domain types (services/common/experience.py) and protobuf messages.
+
+Arrays travel as raw little-endian bytes plus an element type (the fast path: one memcpy each
+way); `int_values` / `float_values` are accepted from callers that cannot pack bytes. Decoding
+validates and raises InvalidArgument naming the field, so a servicer can reject a bad write
+before anything is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from google.protobuf import struct_pb2
+from google.protobuf.json_format import MessageToDict
+
+from services.common.errors import InvalidArgument
+from services.common.experience import ChatMessage, Experience, Task
+from trinity_grpc.common.v1 import common_pb2 as pb
+
+_TO_NUMPY = {
+    pb.ELEMENT_TYPE_INT32: np.dtype("<i4"),
+    pb.ELEMENT_TYPE_INT64: np.dtype("<i8"),
+    pb.ELEMENT_TYPE_FLOAT32: np.dtype("<f4"),
+    pb.ELEMENT_TYPE_FLOAT64: np.dtype("<f8"),
+    pb.ELEMENT_TYPE_BOOL: np.dtype("u1"),
+}
+_FROM_NUMPY = {
+    np.dtype("int32"): pb.ELEMENT_TYPE_INT32,
+    np.dtype("int64"): pb.ELEMENT_TYPE_INT64,
+    np.dtype("float32"): pb.ELEMENT_TYPE_FLOAT32,
+    np.dtype("float64"): pb.ELEMENT_TYPE_FLOAT64,
+    np.dtype("bool"): pb.ELEMENT_TYPE_BOOL,
+    np.dtype("uint8"): pb.ELEMENT_TYPE_BOOL,
+}
+
+
+def array_to_proto(arr: np.ndarray | None, out: pb.Array) -> None:
+    """Fill `out` from a 1-D numpy array (None leaves it empty)."""
+    if arr is None:
+        return
+    kind = _FROM_NUMPY.get(arr.dtype)
+    if kind is None:
+        raise InvalidArgument(f"unsupported array dtype {arr.dtype}")
+    out.dtype = kind
+    out.raw = np.ascontiguousarray(arr, dtype=_TO_NUMPY[kind]).tobytes()
+
+
+def array_from_proto(msg: pb.Array, field: str, *, expect: str) -> np.ndarray | None:
+    """Decode an Array; `expect` is "int", "float" or "bool". Empty arrays decode to None."""
+    has_raw, has_int, has_float = bool(msg.raw), len(msg.int_values) > 0, len(msg.float_values) > 0
+    if has_raw + has_int + has_float > 1:
+        raise InvalidArgument("set only one of raw, int_values, float_values", field=field)
+    if not (has_raw or has_int or has_float):
+        return None
+    dtype = _TO_NUMPY.get(msg.dtype)
+    if dtype is None:
+        raise InvalidArgument("dtype is required when values are present", field=f"{field}.dtype")
+    kind_ok = {
+        "int": dtype.kind == "i",
+        "float": dtype.kind == "f",
+        "bool": dtype.kind == "u",
+    }[expect]
+    if not kind_ok:
+        allowed = {"int": "INT32/INT64", "float": "FLOAT32/FLOAT64", "bool": "BOOL"}[expect]
+        name = pb.ElementType.Name(msg.dtype)
+        raise InvalidArgument(f"dtype {name} is not allowed here; expected {allowed}", field=f"{field}.dtype")
+    if has_raw:
+        if len(msg.raw) % dtype.itemsize:
+            raise InvalidArgument(
+                f"raw has {len(msg.raw)} bytes, not a multiple of the {dtype.itemsize}-byte element",
+                field=f"{field}.raw",
+            )
+        arr = np.frombuffer(msg.raw, dtype=dtype)
+    elif has_int:
+        if dtype.kind == "f":
+            raise InvalidArgument("int_values given for a float dtype; use float_values", field=field)
+        arr = np.asarray(msg.int_values, dtype=dtype)
+    else:
+        if dtype.kind != "f":
+            raise InvalidArgument("float_values given for an integer dtype; use int_values", field=field)
+        arr = np.asarray(msg.float_values, dtype=dtype)
+    if expect == "bool":
+        if arr.size and arr.max() > 1:
+            raise InvalidArgument("bool values must be 0 or 1", field=field)
+        return arr.astype(bool)
+    if expect == "float":
+        return arr.astype(np.float32, copy=False)
+    return arr
+
+
+def dict_to_struct(data: dict[str, Any] | None, out: struct_pb2.Struct) -> None:
+    if data:
+        out.update(_jsonable(data))
+
+
+def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, Any]:
+    return MessageToDict(msg) if msg.fields else {}
+
+
+def _jsonable(value: Any) -> Any:
+    """Struct holds JSON values only: turn numpy scalars/arrays and tuples into plain types."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def experience_to_proto(exp: Experience, out: pb.Experience | None = None) -> pb.Experience:
+    msg = out if out is not None else pb.Experience()
+    array_to_proto(exp.tokens if exp.tokens is not None and exp.tokens.size else None, msg.tokens)
+    msg.prompt_length = exp.prompt_length
+    array_to_proto(exp.logprobs, msg.logprobs)
+    array_to_proto(exp.action_mask, msg.action_mask)
+    if exp.reward is not None:
+        msg.reward = float(exp.reward)
+    array_to_proto(exp.token_level_rewards, msg.token_level_rewards)
+    array_to_proto(exp.advantages, msg.advantages)
+    array_to_proto(exp.returns, msg.returns)
+    msg.model_version = exp.model_version
+    ids = msg.ids
+    ids.task_id, ids.run_id, ids.group_id = exp.task_id, exp.run_id, exp.group_id
+    ids.batch_id, ids.producer = exp.batch_id, exp.producer
+    for key, value in exp.metrics.items():
+        msg.metrics[key] = float(value)
+    dict_to_struct(exp.info, msg.info)
+    for m in exp.messages:
+        cm = msg.messages.add(role=m.role, content=m.content)
+        dict_to_struct(m.extra, cm.extra)
+    array_to_proto(exp.chosen, msg.chosen)
+    array_to_proto(exp.rejected, msg.rejected)
+    msg.is_eval = exp.is_eval
+    msg.response_text = exp.response_text
+    msg.prompt_text = exp.prompt_text
+    return msg
+
+
+def experience_from_proto(msg: pb.Experience, where: str = "experience") -> Experience:
+    """Decode and validate; raises InvalidArgument naming `where.<field>`."""
+    if not msg.HasField("model_version"):
+        raise InvalidArgument("model_version is required (0 for the base model)", field=f"{where}.model_version")
+    tokens = array_from_proto(msg.tokens, f"{where}.tokens", expect="int")
+    exp = Experience(
+        tokens=tokens if tokens is not None else np.zeros(0, dtype=np.int32),
+        prompt_length=int(msg.prompt_length),
+        model_version=int(msg.model_version),
+        reward=msg.reward if msg.HasField("reward") else None,
+        logprobs=array_from_proto(msg.logprobs, f"{where}.logprobs", expect="float"),
+        action_mask=array_from_proto(msg.action_mask, f"{where}.action_mask", expect="bool"),
+        token_level_rewards=array_from_proto(msg.token_level_rewards, f"{where}.token_level_rewards", expect="float"),
+        advantages=array_from_proto(msg.advantages, f"{where}.advantages", expect="float"),
+        returns=array_from_proto(msg.returns, f"{where}.returns", expect="float"),
+        task_id=msg.ids.task_id,
+        run_id=int(msg.ids.run_id),
+        group_id=msg.ids.group_id,
+        batch_id=int(msg.ids.batch_id),
+        producer=msg.ids.producer,
+        metrics=dict(msg.metrics),
+        info=struct_to_dict(msg.info),
+        messages=[ChatMessage(m.role, m.content, struct_to_dict(m.extra)) for m in msg.messages],
+        chosen=array_from_proto(msg.chosen, f"{where}.chosen", expect="int"),
+        rejected=array_from_proto(msg.rejected, f"{where}.rejected", expect="int"),
+        is_eval=msg.is_eval,
+        response_text=msg.response_text,
+        prompt_text=msg.prompt_text,
+    )
+    exp.validate(where)
+    return exp
+
+
+def task_to_proto(task: Task, out: pb.Task | None = None) -> pb.Task:
+    msg = out if out is not None else pb.Task()
+    msg.workflow, msg.reward_fn, msg.is_eval = task.workflow, task.reward_fn, task.is_eval
+    msg.task_id, msg.index, msg.taskset, msg.repeat_times = task.task_id, task.index, task.taskset, task.repeat_times
+    dict_to_struct(task.raw_task, msg.raw_task)
+    dict_to_struct(task.format_args, msg.format_args)
+    dict_to_struct(task.rollout_args, msg.rollout_args)
+    dict_to_struct(task.workflow_args, msg.workflow_args)
+    return msg
+
+
+def task_from_proto(msg: pb.Task) -> Task:
+    return Task(
+        workflow=msg.workflow,
+        reward_fn=msg.reward_fn,
+        raw_task=struct_to_dict(msg.raw_task),
+        format_args=struct_to_dict(msg.format_args),
+        rollout_args=struct_to_dict(msg.rollout_args),
+        workflow_args=struct_to_dict(msg.workflow_args),
+        is_eval=msg.is_eval,
+        task_id=msg.task_id,
+        index=int(msg.index),
+        taskset=msg.taskset,
+        repeat_times=int(msg.repeat_times) or 1,
+    )
