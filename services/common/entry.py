@@ -1,0 +1,88 @@
+"""`python -m services.<name> --config F` and `trinity serve <name>`: load config, log, serve.
+
+Heavy imports (torch, transformers) happen inside each service's `serve`, so `--help` is fast.
+A service whose server module is not there yet runs a placeholder that is honest about it:
+health SERVING, GetInfo state "placeholder", every other RPC UNIMPLEMENTED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from services.common.config import TrinityConfig, load_config
+from services.common.errors import TrinityError
+from services.common.logging import configure_logging, get_logger
+
+SERVICE_PROTOS = {
+    "buffer": ("trinity_grpc.buffer.v1", "buffer", "BufferService"),
+    "synchronizer": ("trinity_grpc.synchronizer.v1", "synchronizer", "SynchronizerService"),
+    "trainer": ("trinity_grpc.trainer.v1", "trainer", "TrainerService"),
+    "explorer": ("trinity_grpc.explorer.v1", "explorer", "ExplorerService"),
+}
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", default=None, help="YAML config (default: the embedded demo config)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key, e.g. --set services.buffer.port=6000 (repeatable)",
+    )
+
+
+def resolve_serve(service: str) -> Callable[[TrinityConfig], Awaitable[None]]:
+    try:
+        module = importlib.import_module(f"services.{service}.server")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"services.{service}.server":
+            raise
+        return lambda cfg: serve_placeholder(service, cfg)
+    return module.serve  # type: ignore[no-any-return]
+
+
+async def serve_placeholder(service: str, cfg: TrinityConfig) -> None:
+    from services.common.server import ServiceServer
+    from services.common.version import __version__
+
+    package, module, service_cls = SERVICE_PROTOS[service]
+    pb2 = importlib.import_module(f"{package}.{module}_pb2")
+    pb2_grpc = importlib.import_module(f"{package}.{module}_pb2_grpc")
+    server = ServiceServer(service, cfg.services)
+    base = getattr(pb2_grpc, f"{service_cls}Servicer")
+
+    class Placeholder(base):  # type: ignore[misc, valid-type]
+        async def GetInfo(self, request, context):  # noqa: N802
+            return pb2.GetInfoResponse(info=server.info(__version__, state="placeholder"))
+
+    server.add(getattr(pb2_grpc, f"add_{service_cls}Servicer_to_server"), Placeholder(), f"{package}.{service_cls}")
+    await server.start()
+    get_logger("entry").warning("placeholder_service", service=service, detail="only GetInfo and health are served")
+    await server.wait()
+
+
+def run_service(service: str, config: str | None, overrides: Sequence[str] = ()) -> int:
+    """Load the config and run one service until it stops; returns the process exit code."""
+    try:
+        cfg = load_config(config, overrides)
+    except TrinityError as exc:
+        print(f"trinity {service}: invalid config: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(service, cfg.log.level)
+    try:
+        asyncio.run(resolve_serve(service)(cfg))
+    except KeyboardInterrupt:
+        return 0
+    except TrinityError as exc:
+        get_logger("entry").error("service_failed", service=service, error=str(exc), field=exc.field)
+        return 1
+    return 0
+
+
+def main(service: str, argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{service}", description=f"Run the {service} service.")
+    add_serve_args(parser)
+    args = parser.parse_args(argv)
+    sys.exit(run_service(service, args.config, args.overrides))

@@ -1,0 +1,81 @@
+"""Structured JSON logs (structlog) with a request id carried across services.
+
+The request id lives in a contextvar: the server interceptor sets it from the incoming
+`x-request-id` metadata (or makes a new one), every log line of that call carries it, and the
+client base sends it on outgoing calls, so one id follows a write from explorer to buffer.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import structlog
+
+REQUEST_ID_HEADER = "x-request-id"
+_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+_configured = False
+
+
+def current_request_id() -> str | None:
+    return _request_id.get()
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@contextmanager
+def request_context(request_id: str | None = None) -> Iterator[str]:
+    """Run a block under a request id (a new one unless given)."""
+    rid = request_id or new_request_id()
+    token = _request_id.set(rid)
+    try:
+        yield rid
+    finally:
+        _request_id.reset(token)
+
+
+def set_request_id(request_id: str | None) -> contextvars.Token[str | None]:
+    return _request_id.set(request_id)
+
+
+def _add_request_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    rid = _request_id.get()
+    if rid and "request_id" not in event:
+        event["request_id"] = rid
+    return event
+
+
+def configure_logging(service: str, level: str = "INFO", *, json: bool = True) -> None:
+    """JSON lines on stderr: {"event", "level", "timestamp", "service", "request_id", ...}."""
+    global _configured
+    numeric = getattr(logging, level.upper(), logging.INFO)
+    logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s", force=True)
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _add_request_id,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    structlog.contextvars.bind_contextvars(service=service)
+    _configured = True
+
+
+def get_logger(name: str | None = None) -> Any:
+    """A structlog logger; `name` shows as "logger" in each line."""
+    log = structlog.get_logger()
+    return log.bind(logger=name) if name else log

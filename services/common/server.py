@@ -1,0 +1,237 @@
+"""Server runner shared by the four services.
+
+`ServiceServer` wraps grpc.aio.server with what every service needs: health checking and
+reflection, one interceptor that carries the request id, checks the bearer token and maps domain
+errors to status codes, message-size limits from config, TLS/mTLS, and graceful shutdown on
+SIGTERM/SIGINT (stop accepting, let in-flight calls finish within shutdown_grace_s, run the
+service's shutdown hooks, exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from services.common import errors
+from services.common.config.services import Endpoint, ServicesConfig
+from services.common.logging import REQUEST_ID_HEADER, get_logger, new_request_id, set_request_id
+from services.common.security import load_token, server_credentials, tokens_match
+from trinity_grpc.common.v1 import common_pb2
+
+log = get_logger("server")
+
+ERROR_TRAILER = "trinity-error-bin"
+STATUS_OF_KIND: dict[str, grpc.StatusCode] = {
+    "invalid_argument": grpc.StatusCode.INVALID_ARGUMENT,
+    "not_found": grpc.StatusCode.NOT_FOUND,
+    "already_exists": grpc.StatusCode.ALREADY_EXISTS,
+    "resource_exhausted": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "failed_precondition": grpc.StatusCode.FAILED_PRECONDITION,
+    "deadline_exceeded": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
+    "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
+    "unimplemented": grpc.StatusCode.UNIMPLEMENTED,
+    "internal": grpc.StatusCode.INTERNAL,
+}
+_EXEMPT_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+def grpc_options(services: ServicesConfig) -> list[tuple[str, Any]]:
+    limit = services.max_message_mb * 1024 * 1024
+    return [
+        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", limit),
+        # Without this Linux lets a second server bind the same port silently.
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ]
+
+
+async def _abort_with(context: grpc.aio.ServicerContext, exc: errors.TrinityError) -> None:
+    detail = common_pb2.ErrorDetail(kind=exc.kind, field=exc.field, message=exc.message)
+    context.set_trailing_metadata(((ERROR_TRAILER, detail.SerializeToString()),))
+    await context.abort(STATUS_OF_KIND.get(exc.kind, grpc.StatusCode.INTERNAL), str(exc))
+
+
+class _Interceptor(grpc.aio.ServerInterceptor):
+    """Request id + bearer token + domain-error mapping for every RPC of our services."""
+
+    def __init__(self, service: str, token: str | None) -> None:
+        self._service = service
+        self._token = token
+
+    async def intercept_service(self, continuation, details):  # type: ignore[no-untyped-def]
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(_EXEMPT_PREFIXES):
+            return handler
+        metadata = dict(details.invocation_metadata or ())
+        method = details.method
+        guard = self._guard(method, metadata)
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(handler.unary_unary, guard, method),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(handler.unary_stream, guard, method),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap_unary(handler.stream_unary, guard, method),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            self._wrap_stream(handler.stream_stream, guard, method),
+            handler.request_deserializer,
+            handler.response_serializer,
+        )
+
+    def _guard(self, method: str, metadata: dict[str, Any]) -> Callable[[grpc.aio.ServicerContext], Awaitable[None]]:
+        async def guard(context: grpc.aio.ServicerContext) -> None:
+            set_request_id(metadata.get(REQUEST_ID_HEADER) or new_request_id())
+            if self._token is not None:
+                given = str(metadata.get("authorization", ""))
+                if not given.startswith("Bearer ") or not tokens_match(given[7:], self._token):
+                    await _abort_with(context, errors.Unauthenticated("missing or wrong bearer token"))
+
+        return guard
+
+    def _unimplemented(self, method: str) -> errors.Unimplemented:
+        return errors.Unimplemented(f"{method} is declared in the protos but this {self._service} server does not serve it yet")
+
+    def _wrap_unary(self, behavior, guard, method):  # type: ignore[no-untyped-def]
+        async def wrapped(request_or_iterator, context):  # type: ignore[no-untyped-def]
+            await guard(context)
+            try:
+                result = behavior(request_or_iterator, context)
+                return await result if inspect.isawaitable(result) else result
+            except errors.TrinityError as exc:
+                await _abort_with(context, exc)
+            except NotImplementedError:
+                await _abort_with(context, self._unimplemented(method))
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as exc:
+                log.exception("rpc_failed", method=method)
+                await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+
+        return wrapped
+
+    def _wrap_stream(self, behavior, guard, method):  # type: ignore[no-untyped-def]
+        async def wrapped(request_or_iterator, context):  # type: ignore[no-untyped-def]
+            await guard(context)
+            try:
+                result = behavior(request_or_iterator, context)
+                if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
+                    async for item in result:
+                        yield item
+                else:  # a base-class (unimplemented) method or a sync iterator
+                    for item in result:
+                        yield item
+            except errors.TrinityError as exc:
+                await _abort_with(context, exc)
+            except NotImplementedError:
+                await _abort_with(context, self._unimplemented(method))
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception as exc:
+                log.exception("rpc_failed", method=method)
+                await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+
+        return wrapped
+
+
+class ServiceServer:
+    """One gRPC server for one service (see the module docstring)."""
+
+    def __init__(self, name: str, services: ServicesConfig, endpoint: Endpoint | None = None) -> None:
+        self.name = name
+        self.services = services
+        self.endpoint = endpoint or services.endpoint(name)  # type: ignore[arg-type]
+        self.started_at = time.time()
+        self.port: int | None = None
+        self._service_names: list[str] = []
+        self._shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._stop_event = asyncio.Event()
+        self._health = health.aio.HealthServicer()
+        self._server = grpc.aio.server(
+            interceptors=[_Interceptor(name, load_token(services.auth))],
+            options=grpc_options(services),
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+
+    def add(self, add_fn: Callable[[Any, grpc.aio.Server], None], servicer: Any, full_name: str) -> None:
+        """Register a servicer, e.g. add(add_BufferServiceServicer_to_server, s, "trinity_grpc.buffer.v1.BufferService")."""
+        add_fn(servicer, self._server)
+        self._service_names.append(full_name)
+
+    def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run `hook` after in-flight calls finished (flush SQLite, close clients)."""
+        self._shutdown_hooks.append(hook)
+
+    async def start(self) -> int:
+        """Bind, start, mark every service SERVING; returns the bound port."""
+        creds = server_credentials(self.services.tls)
+        address = self.endpoint.bind_address
+        try:
+            if creds is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, creds)
+        except RuntimeError as exc:
+            raise errors.Unavailable(f"cannot bind {address}: {exc}", field=f"services.{self.name}.port") from exc
+        reflection.enable_server_reflection(
+            [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+        )
+        await self._server.start()
+        serving = health_pb2.HealthCheckResponse.SERVING
+        for service_name in ["", *self._service_names]:
+            await self._health.set(service_name, serving)
+        log.info("server_started", service=self.name, address=address, port=self.port, tls=creds is not None)
+        return self.port
+
+    def request_stop(self) -> None:
+        self._stop_event.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    async def wait(self) -> None:
+        """Serve until SIGTERM/SIGINT or request_stop(), then stop gracefully."""
+        self.install_signal_handlers()
+        await self._stop_event.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        grace = self.services.shutdown_grace_s
+        log.info("server_stopping", service=self.name, grace_s=grace)
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(grace)
+        for hook in self._shutdown_hooks:
+            try:
+                await hook()
+            except Exception:
+                log.exception("shutdown_hook_failed", service=self.name)
+        log.info("server_stopped", service=self.name)
+
+    def info(self, version: str, stats: dict[str, float] | None = None, state: str = "serving") -> common_pb2.ServiceInfo:
+        """The ServiceInfo every GetInfo returns."""
+        return common_pb2.ServiceInfo(
+            service=self.name, version=version, uptime_s=time.time() - self.started_at, stats=stats or {}, state=state
+        )

@@ -1,0 +1,6 @@
+"""`python -m services.trainer --config F`."""
+
+from services.common.entry import main
+
+if __name__ == "__main__":
+    main("trainer")
