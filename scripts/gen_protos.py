@@ -31,8 +31,11 @@ def generate(out: pathlib.Path) -> None:
         shutil.rmtree(package_dir)
     out.mkdir(parents=True, exist_ok=True)
     include = pathlib.Path(protoc.__file__).parent / "_proto"
+    bindir = pathlib.Path(sys.executable).parent
     args = [
         "protoc",
+        f"--plugin=protoc-gen-mypy={bindir / 'protoc-gen-mypy'}",
+        f"--plugin=protoc-gen-mypy_grpc={bindir / 'protoc-gen-mypy_grpc'}",
         f"-I{PROTO_ROOT}",
         f"-I{include}",
         f"--python_out={out}",

@@ -79,7 +79,7 @@ def _validate(raw: dict[str, Any], prefix: str) -> TrinityConfig:
     except ValidationError as exc:
         messages = [format_error(err, prefix) for err in exc.errors()]
         first = exc.errors()[0]
-        raise ConfigError("; ".join(messages), field=prefix + _dotted(first["loc"])) from None
+        raise ConfigError("\n".join(messages), field=prefix + _dotted(first["loc"])) from None
 
 
 def _dotted(loc: Sequence[Any]) -> str:
