@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml tools/node/package.json tools/node/package-lock.json
 	echo "torch==$$($(BIN)/python -c 'import torch; print(torch.__version__)')" > $(VENV)/constraints.txt
 	$(BIN)/python -c "import torch, sys; sys.exit('CUDA torch was installed; see TORCH_INDEX in the Makefile' if torch.version.cuda else 0)"
 	$(PIP) install --quiet -c $(VENV)/constraints.txt -e '.[dev]'
-	npm ci --prefix tools/node --no-audit --no-fund --loglevel=error
+	npm install --prefix tools/node --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 
 setup: $(STAMP)
