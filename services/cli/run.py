@@ -73,7 +73,7 @@ class Supervisor:
 
     async def _start(self, name: str) -> Child:
         os.makedirs(self.log_dir, exist_ok=True)
-        log_file = open(os.path.join(self.log_dir, f"{name}.log"), "ab")  # noqa: SIM115 - closed in stop
+        log_file = open(os.path.join(self.log_dir, f"{name}.log"), "ab")  # noqa: ASYNC230, SIM115 - closed in stop_all
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", f"services.{name}", "--config", self.config_path,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
