@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from services.common.config.base import Section
 
@@ -22,8 +22,10 @@ class SynchronizerConfig(Section):
         "fixed", "dynamic_by_trainer", "trainer_driven", "dynamic_by_explorer", "explorer_driven"
     ] = "fixed"
     """When syncs happen (trainer_driven / explorer_driven are Trinity's aliases)."""
-    max_staleness: int | None = Field(None, ge=0)
-    """Admission bound: no explorer step starts whose data would be older than this when trained."""
+    max_staleness: int | None = Field(None, ge=1)
+    """Admission bound, in trainer steps: no explorer step s starts unless the version it holds is
+    >= (step that will train it) - max_staleness; otherwise it waits for (or asks for) a newer
+    version. 1 is strictly on-policy; None is unbounded."""
     heartbeat_interval_s: float = Field(2.0, gt=0)
     """Seconds between member heartbeats."""
     member_timeout_s: float = Field(10.0, gt=0)
@@ -31,7 +33,28 @@ class SynchronizerConfig(Section):
     bucket_mb: int = Field(256, ge=1)
     """Bucket size of the weight broadcast, in MiB."""
     master_port: int = Field(0, ge=0, le=65535)
-    """Port of the weight group's store; 0 picks a free one."""
+    """Port of the weight group's store on the trainer; 0 picks a free one per sync."""
+    master_address: str | None = None
+    """Address explorers use to reach the trainer's weight-group store; None: services.trainer.host."""
+    keep_sync_checkpoints: int = Field(2, ge=1)
+    """sync_method checkpoint: newest sync-only checkpoints kept; older ones that no live
+    explorer still holds are deleted (full checkpoints of the trainer are never deleted)."""
+
+    @model_validator(mode="after")
+    def _staleness_reachable(self) -> SynchronizerConfig:
+        # With a schedule fixed by the trainer, versions appear only every sync_interval steps, so a
+        # tighter bound would hold an explorer for a version that is never published.
+        if (
+            self.max_staleness is not None
+            and self.normalized_style != "dynamic_by_explorer"
+            and self.max_staleness < self.sync_interval
+        ):
+            raise ValueError(
+                f"synchronizer.max_staleness ({self.max_staleness}) must be >= sync_interval "
+                f"({self.sync_interval}) with sync_style {self.sync_style!r}: versions are published only every "
+                "sync_interval steps; raise max_staleness or use sync_style dynamic_by_explorer"
+            )
+        return self
 
     @property
     def normalized_style(self) -> str:

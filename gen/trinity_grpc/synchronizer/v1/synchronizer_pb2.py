@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from trinity_grpc.common.v1 import common_pb2 as trinity__grpc_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/trinity_grpc/synchronizer/v1/synchronizer.proto\x12\x1ctrinity_grpc.synchronizer.v1\x1a#trinity_grpc/common/v1/common.proto\"\x8c\x01\n\x08SyncPlan\x12\x15\n\rsync_interval\x18\x01 \x01(\x03\x12\x13\n\x0bsync_offset\x18\x02 \x01(\x03\x12\x14\n\x0csync_timeout\x18\x03 \x01(\x01\x12\x12\n\nsync_style\x18\x04 \x01(\t\x12\x13\n\x0bsync_method\x18\x05 \x01(\t\x12\x15\n\rmax_staleness\x18\x06 \x01(\x03\"V\n\x0fRegisterRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x30\n\x04role\x18\x02 \x01(\x0e\x32\".trinity_grpc.synchronizer.v1.Role\"\xb8\x01\n\x10RegisterResponse\x12=\n\x0f\x63urrent_version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12\x11\n\tlast_step\x18\x02 \x01(\x03\x12\x34\n\x04plan\x18\x03 \x01(\x0b\x32&.trinity_grpc.synchronizer.v1.SyncPlan\x12\x1c\n\x14heartbeat_interval_s\x18\x04 \x01(\x01\"J\n\x10HeartbeatRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rmodel_version\x18\x03 \x01(\x03\"+\n\x11HeartbeatResponse\x12\x16\n\x0elatest_version\x18\x01 \x01(\x03\"R\n\x18\x42\x65ginExplorerStepRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rmodel_version\x18\x03 \x01(\x03\"j\n\x19\x42\x65ginExplorerStepResponse\x12:\n\x0cload_version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12\x11\n\tmust_sync\x18\x02 \x01(\x08\":\n\x17\x42\x65ginTrainerStepRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"1\n\x18\x42\x65ginTrainerStepResponse\x12\x15\n\rpublish_after\x18\x01 \x01(\x08\"<\n\x0eTensorManifest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\":\n\x0c\x46ileManifest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\xce\x01\n\x15PublishVersionRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x03 \x01(\t\x12\x39\n\x05\x66iles\x18\x04 \x03(\x0b\x32*.trinity_grpc.synchronizer.v1.FileManifest\x12=\n\x07tensors\x18\x05 \x03(\x0b\x32,.trinity_grpc.synchronizer.v1.TensorManifest\"O\n\x16PublishVersionResponse\x12\x35\n\x07version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\"R\n\x11ReportSyncRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x14\n\x12ReportSyncResponse\"<\n\x16JoinWeightGroupRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\xe2\x01\n\x17JoinWeightGroupResponse\x12\x16\n\x0emaster_address\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\x03\x12\x12\n\nworld_size\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x03\x12\x12\n\ngroup_name\x18\x05 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12=\n\x07tensors\x18\x07 \x03(\x0b\x32,.trinity_grpc.synchronizer.v1.TensorManifest\x12\x14\n\x0c\x62ucket_bytes\x18\x08 \x01(\x03\",\n\x15WaitForVersionRequest\x12\x13\n\x0bmin_version\x18\x01 \x01(\x03\"\x12\n\x10GetStatusRequest\"\x9c\x01\n\x0cMemberStatus\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x30\n\x04role\x18\x02 \x01(\x0e\x32\".trinity_grpc.synchronizer.v1.Role\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x15\n\rmodel_version\x18\x04 \x01(\x03\x12\r\n\x05\x61live\x18\x05 \x01(\x08\x12\x13\n\x0blast_seen_s\x18\x06 \x01(\x01\"\xc4\x01\n\x11GetStatusResponse\x12<\n\x0elatest_version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12;\n\x07members\x18\x02 \x03(\x0b\x32*.trinity_grpc.synchronizer.v1.MemberStatus\x12\x34\n\x04plan\x18\x03 \x01(\x0b\x32&.trinity_grpc.synchronizer.v1.SyncPlan\"\x10\n\x0eGetInfoRequest\"D\n\x0fGetInfoResponse\x12\x31\n\x04info\x18\x01 \x01(\x0b\x32#.trinity_grpc.common.v1.ServiceInfo\"O\n\x16WaitForVersionResponse\x12\x35\n\x07version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion*A\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_TRAINER\x10\x01\x12\x11\n\rROLE_EXPLORER\x10\x02\x32\xbe\t\n\x13SynchronizerService\x12i\n\x08Register\x12-.trinity_grpc.synchronizer.v1.RegisterRequest\x1a..trinity_grpc.synchronizer.v1.RegisterResponse\x12p\n\tHeartbeat\x12..trinity_grpc.synchronizer.v1.HeartbeatRequest\x1a/.trinity_grpc.synchronizer.v1.HeartbeatResponse(\x01\x30\x01\x12\x84\x01\n\x11\x42\x65ginExplorerStep\x12\x36.trinity_grpc.synchronizer.v1.BeginExplorerStepRequest\x1a\x37.trinity_grpc.synchronizer.v1.BeginExplorerStepResponse\x12\x81\x01\n\x10\x42\x65ginTrainerStep\x12\x35.trinity_grpc.synchronizer.v1.BeginTrainerStepRequest\x1a\x36.trinity_grpc.synchronizer.v1.BeginTrainerStepResponse\x12{\n\x0ePublishVersion\x12\x33.trinity_grpc.synchronizer.v1.PublishVersionRequest\x1a\x34.trinity_grpc.synchronizer.v1.PublishVersionResponse\x12o\n\nReportSync\x12/.trinity_grpc.synchronizer.v1.ReportSyncRequest\x1a\x30.trinity_grpc.synchronizer.v1.ReportSyncResponse\x12~\n\x0fJoinWeightGroup\x12\x34.trinity_grpc.synchronizer.v1.JoinWeightGroupRequest\x1a\x35.trinity_grpc.synchronizer.v1.JoinWeightGroupResponse\x12{\n\x0eWaitForVersion\x12\x33.trinity_grpc.synchronizer.v1.WaitForVersionRequest\x1a\x34.trinity_grpc.synchronizer.v1.WaitForVersionResponse\x12l\n\tGetStatus\x12..trinity_grpc.synchronizer.v1.GetStatusRequest\x1a/.trinity_grpc.synchronizer.v1.GetStatusResponse\x12\x66\n\x07GetInfo\x12,.trinity_grpc.synchronizer.v1.GetInfoRequest\x1a-.trinity_grpc.synchronizer.v1.GetInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/trinity_grpc/synchronizer/v1/synchronizer.proto\x12\x1ctrinity_grpc.synchronizer.v1\x1a#trinity_grpc/common/v1/common.proto\"\x8c\x01\n\x08SyncPlan\x12\x15\n\rsync_interval\x18\x01 \x01(\x03\x12\x13\n\x0bsync_offset\x18\x02 \x01(\x03\x12\x14\n\x0csync_timeout\x18\x03 \x01(\x01\x12\x12\n\nsync_style\x18\x04 \x01(\t\x12\x13\n\x0bsync_method\x18\x05 \x01(\t\x12\x15\n\rmax_staleness\x18\x06 \x01(\x03\"V\n\x0fRegisterRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x30\n\x04role\x18\x02 \x01(\x0e\x32\".trinity_grpc.synchronizer.v1.Role\"\xb8\x01\n\x10RegisterResponse\x12=\n\x0f\x63urrent_version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12\x11\n\tlast_step\x18\x02 \x01(\x03\x12\x34\n\x04plan\x18\x03 \x01(\x0b\x32&.trinity_grpc.synchronizer.v1.SyncPlan\x12\x1c\n\x14heartbeat_interval_s\x18\x04 \x01(\x01\"J\n\x10HeartbeatRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rmodel_version\x18\x03 \x01(\x03\"+\n\x11HeartbeatResponse\x12\x16\n\x0elatest_version\x18\x01 \x01(\x03\"R\n\x18\x42\x65ginExplorerStepRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x15\n\rmodel_version\x18\x03 \x01(\x03\"\xb5\x01\n\x19\x42\x65ginExplorerStepResponse\x12:\n\x0cload_version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12\x11\n\tmust_sync\x18\x02 \x01(\x08\x12\x39\n\x05\x66iles\x18\x03 \x03(\x0b\x32*.trinity_grpc.synchronizer.v1.FileManifest\x12\x0e\n\x06reason\x18\x04 \x01(\t\":\n\x17\x42\x65ginTrainerStepRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"1\n\x18\x42\x65ginTrainerStepResponse\x12\x15\n\rpublish_after\x18\x01 \x01(\x08\"8\n\x15\x45ndTrainerStepRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"9\n\x16\x45ndTrainerStepResponse\x12\x0f\n\x07publish\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"<\n\x0eTensorManifest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\":\n\x0c\x46ileManifest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\xce\x01\n\x15PublishVersionRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x03 \x01(\t\x12\x39\n\x05\x66iles\x18\x04 \x03(\x0b\x32*.trinity_grpc.synchronizer.v1.FileManifest\x12=\n\x07tensors\x18\x05 \x03(\x0b\x32,.trinity_grpc.synchronizer.v1.TensorManifest\"O\n\x16PublishVersionResponse\x12\x35\n\x07version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\"R\n\x11ReportSyncRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x14\n\x12ReportSyncResponse\"i\n\x16JoinWeightGroupRequest\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x16\n\x0emaster_address\x18\x03 \x01(\t\x12\x13\n\x0bmaster_port\x18\x04 \x01(\x03\"\xe2\x01\n\x17JoinWeightGroupResponse\x12\x16\n\x0emaster_address\x18\x01 \x01(\t\x12\x13\n\x0bmaster_port\x18\x02 \x01(\x03\x12\x12\n\nworld_size\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x03\x12\x12\n\ngroup_name\x18\x05 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x06 \x01(\t\x12=\n\x07tensors\x18\x07 \x03(\x0b\x32,.trinity_grpc.synchronizer.v1.TensorManifest\x12\x14\n\x0c\x62ucket_bytes\x18\x08 \x01(\x03\",\n\x15WaitForVersionRequest\x12\x13\n\x0bmin_version\x18\x01 \x01(\x03\"\x12\n\x10GetStatusRequest\"\xb5\x01\n\x0cMemberStatus\x12\x11\n\tmember_id\x18\x01 \x01(\t\x12\x30\n\x04role\x18\x02 \x01(\x0e\x32\".trinity_grpc.synchronizer.v1.Role\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x15\n\rmodel_version\x18\x04 \x01(\x03\x12\r\n\x05\x61live\x18\x05 \x01(\x08\x12\x13\n\x0blast_seen_s\x18\x06 \x01(\x01\x12\x17\n\x0flast_sync_error\x18\x07 \x01(\t\"g\n\x11WeightGroupStatus\x12\x12\n\ngroup_name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07members\x18\x04 \x03(\t\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"\x85\x02\n\x11GetStatusResponse\x12<\n\x0elatest_version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12;\n\x07members\x18\x02 \x03(\x0b\x32*.trinity_grpc.synchronizer.v1.MemberStatus\x12\x34\n\x04plan\x18\x03 \x01(\x0b\x32&.trinity_grpc.synchronizer.v1.SyncPlan\x12?\n\x06groups\x18\x04 \x03(\x0b\x32/.trinity_grpc.synchronizer.v1.WeightGroupStatus\"\x10\n\x0eGetInfoRequest\"D\n\x0fGetInfoResponse\x12\x31\n\x04info\x18\x01 \x01(\x0b\x32#.trinity_grpc.common.v1.ServiceInfo\"\x8a\x01\n\x16WaitForVersionResponse\x12\x35\n\x07version\x18\x01 \x01(\x0b\x32$.trinity_grpc.common.v1.ModelVersion\x12\x39\n\x05\x66iles\x18\x02 \x03(\x0b\x32*.trinity_grpc.synchronizer.v1.FileManifest*A\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n\x0cROLE_TRAINER\x10\x01\x12\x11\n\rROLE_EXPLORER\x10\x02\x32\xbb\n\n\x13SynchronizerService\x12i\n\x08Register\x12-.trinity_grpc.synchronizer.v1.RegisterRequest\x1a..trinity_grpc.synchronizer.v1.RegisterResponse\x12p\n\tHeartbeat\x12..trinity_grpc.synchronizer.v1.HeartbeatRequest\x1a/.trinity_grpc.synchronizer.v1.HeartbeatResponse(\x01\x30\x01\x12\x84\x01\n\x11\x42\x65ginExplorerStep\x12\x36.trinity_grpc.synchronizer.v1.BeginExplorerStepRequest\x1a\x37.trinity_grpc.synchronizer.v1.BeginExplorerStepResponse\x12\x81\x01\n\x10\x42\x65ginTrainerStep\x12\x35.trinity_grpc.synchronizer.v1.BeginTrainerStepRequest\x1a\x36.trinity_grpc.synchronizer.v1.BeginTrainerStepResponse\x12{\n\x0e\x45ndTrainerStep\x12\x33.trinity_grpc.synchronizer.v1.EndTrainerStepRequest\x1a\x34.trinity_grpc.synchronizer.v1.EndTrainerStepResponse\x12{\n\x0ePublishVersion\x12\x33.trinity_grpc.synchronizer.v1.PublishVersionRequest\x1a\x34.trinity_grpc.synchronizer.v1.PublishVersionResponse\x12o\n\nReportSync\x12/.trinity_grpc.synchronizer.v1.ReportSyncRequest\x1a\x30.trinity_grpc.synchronizer.v1.ReportSyncResponse\x12~\n\x0fJoinWeightGroup\x12\x34.trinity_grpc.synchronizer.v1.JoinWeightGroupRequest\x1a\x35.trinity_grpc.synchronizer.v1.JoinWeightGroupResponse\x12{\n\x0eWaitForVersion\x12\x33.trinity_grpc.synchronizer.v1.WaitForVersionRequest\x1a\x34.trinity_grpc.synchronizer.v1.WaitForVersionResponse\x12l\n\tGetStatus\x12..trinity_grpc.synchronizer.v1.GetStatusRequest\x1a/.trinity_grpc.synchronizer.v1.GetStatusResponse\x12\x66\n\x07GetInfo\x12,.trinity_grpc.synchronizer.v1.GetInfoRequest\x1a-.trinity_grpc.synchronizer.v1.GetInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'trinity_grpc.synchronizer.v1.synchronizer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=2362
-  _globals['_ROLE']._serialized_end=2427
+  _globals['_ROLE']._serialized_start=2855
+  _globals['_ROLE']._serialized_end=2920
   _globals['_SYNCPLAN']._serialized_start=119
   _globals['_SYNCPLAN']._serialized_end=259
   _globals['_REGISTERREQUEST']._serialized_start=261
@@ -46,42 +46,48 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATRESPONSE']._serialized_end=655
   _globals['_BEGINEXPLORERSTEPREQUEST']._serialized_start=657
   _globals['_BEGINEXPLORERSTEPREQUEST']._serialized_end=739
-  _globals['_BEGINEXPLORERSTEPRESPONSE']._serialized_start=741
-  _globals['_BEGINEXPLORERSTEPRESPONSE']._serialized_end=847
-  _globals['_BEGINTRAINERSTEPREQUEST']._serialized_start=849
-  _globals['_BEGINTRAINERSTEPREQUEST']._serialized_end=907
-  _globals['_BEGINTRAINERSTEPRESPONSE']._serialized_start=909
-  _globals['_BEGINTRAINERSTEPRESPONSE']._serialized_end=958
-  _globals['_TENSORMANIFEST']._serialized_start=960
-  _globals['_TENSORMANIFEST']._serialized_end=1020
-  _globals['_FILEMANIFEST']._serialized_start=1022
-  _globals['_FILEMANIFEST']._serialized_end=1080
-  _globals['_PUBLISHVERSIONREQUEST']._serialized_start=1083
-  _globals['_PUBLISHVERSIONREQUEST']._serialized_end=1289
-  _globals['_PUBLISHVERSIONRESPONSE']._serialized_start=1291
-  _globals['_PUBLISHVERSIONRESPONSE']._serialized_end=1370
-  _globals['_REPORTSYNCREQUEST']._serialized_start=1372
-  _globals['_REPORTSYNCREQUEST']._serialized_end=1454
-  _globals['_REPORTSYNCRESPONSE']._serialized_start=1456
-  _globals['_REPORTSYNCRESPONSE']._serialized_end=1476
-  _globals['_JOINWEIGHTGROUPREQUEST']._serialized_start=1478
-  _globals['_JOINWEIGHTGROUPREQUEST']._serialized_end=1538
-  _globals['_JOINWEIGHTGROUPRESPONSE']._serialized_start=1541
-  _globals['_JOINWEIGHTGROUPRESPONSE']._serialized_end=1767
-  _globals['_WAITFORVERSIONREQUEST']._serialized_start=1769
-  _globals['_WAITFORVERSIONREQUEST']._serialized_end=1813
-  _globals['_GETSTATUSREQUEST']._serialized_start=1815
-  _globals['_GETSTATUSREQUEST']._serialized_end=1833
-  _globals['_MEMBERSTATUS']._serialized_start=1836
-  _globals['_MEMBERSTATUS']._serialized_end=1992
-  _globals['_GETSTATUSRESPONSE']._serialized_start=1995
-  _globals['_GETSTATUSRESPONSE']._serialized_end=2191
-  _globals['_GETINFOREQUEST']._serialized_start=2193
-  _globals['_GETINFOREQUEST']._serialized_end=2209
-  _globals['_GETINFORESPONSE']._serialized_start=2211
-  _globals['_GETINFORESPONSE']._serialized_end=2279
-  _globals['_WAITFORVERSIONRESPONSE']._serialized_start=2281
-  _globals['_WAITFORVERSIONRESPONSE']._serialized_end=2360
-  _globals['_SYNCHRONIZERSERVICE']._serialized_start=2430
-  _globals['_SYNCHRONIZERSERVICE']._serialized_end=3644
+  _globals['_BEGINEXPLORERSTEPRESPONSE']._serialized_start=742
+  _globals['_BEGINEXPLORERSTEPRESPONSE']._serialized_end=923
+  _globals['_BEGINTRAINERSTEPREQUEST']._serialized_start=925
+  _globals['_BEGINTRAINERSTEPREQUEST']._serialized_end=983
+  _globals['_BEGINTRAINERSTEPRESPONSE']._serialized_start=985
+  _globals['_BEGINTRAINERSTEPRESPONSE']._serialized_end=1034
+  _globals['_ENDTRAINERSTEPREQUEST']._serialized_start=1036
+  _globals['_ENDTRAINERSTEPREQUEST']._serialized_end=1092
+  _globals['_ENDTRAINERSTEPRESPONSE']._serialized_start=1094
+  _globals['_ENDTRAINERSTEPRESPONSE']._serialized_end=1151
+  _globals['_TENSORMANIFEST']._serialized_start=1153
+  _globals['_TENSORMANIFEST']._serialized_end=1213
+  _globals['_FILEMANIFEST']._serialized_start=1215
+  _globals['_FILEMANIFEST']._serialized_end=1273
+  _globals['_PUBLISHVERSIONREQUEST']._serialized_start=1276
+  _globals['_PUBLISHVERSIONREQUEST']._serialized_end=1482
+  _globals['_PUBLISHVERSIONRESPONSE']._serialized_start=1484
+  _globals['_PUBLISHVERSIONRESPONSE']._serialized_end=1563
+  _globals['_REPORTSYNCREQUEST']._serialized_start=1565
+  _globals['_REPORTSYNCREQUEST']._serialized_end=1647
+  _globals['_REPORTSYNCRESPONSE']._serialized_start=1649
+  _globals['_REPORTSYNCRESPONSE']._serialized_end=1669
+  _globals['_JOINWEIGHTGROUPREQUEST']._serialized_start=1671
+  _globals['_JOINWEIGHTGROUPREQUEST']._serialized_end=1776
+  _globals['_JOINWEIGHTGROUPRESPONSE']._serialized_start=1779
+  _globals['_JOINWEIGHTGROUPRESPONSE']._serialized_end=2005
+  _globals['_WAITFORVERSIONREQUEST']._serialized_start=2007
+  _globals['_WAITFORVERSIONREQUEST']._serialized_end=2051
+  _globals['_GETSTATUSREQUEST']._serialized_start=2053
+  _globals['_GETSTATUSREQUEST']._serialized_end=2071
+  _globals['_MEMBERSTATUS']._serialized_start=2074
+  _globals['_MEMBERSTATUS']._serialized_end=2255
+  _globals['_WEIGHTGROUPSTATUS']._serialized_start=2257
+  _globals['_WEIGHTGROUPSTATUS']._serialized_end=2360
+  _globals['_GETSTATUSRESPONSE']._serialized_start=2363
+  _globals['_GETSTATUSRESPONSE']._serialized_end=2624
+  _globals['_GETINFOREQUEST']._serialized_start=2626
+  _globals['_GETINFOREQUEST']._serialized_end=2642
+  _globals['_GETINFORESPONSE']._serialized_start=2644
+  _globals['_GETINFORESPONSE']._serialized_end=2712
+  _globals['_WAITFORVERSIONRESPONSE']._serialized_start=2715
+  _globals['_WAITFORVERSIONRESPONSE']._serialized_end=2853
+  _globals['_SYNCHRONIZERSERVICE']._serialized_start=2923
+  _globals['_SYNCHRONIZERSERVICE']._serialized_end=4262
 # @@protoc_insertion_point(module_scope)

@@ -164,7 +164,7 @@ class HeartbeatRequest(_message.Message):
     member_id: _builtins.str
     """Member sending it."""
     step: _builtins.int
-    """Member's current step."""
+    """Last step the member completed (0 before its first step)."""
     model_version: _builtins.int
     """Model version the member holds."""
     def __init__(
@@ -242,21 +242,31 @@ class BeginExplorerStepResponse(_message.Message):
 
     LOAD_VERSION_FIELD_NUMBER: _builtins.int
     MUST_SYNC_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     must_sync: _builtins.bool
     """True when load_version is set."""
+    reason: _builtins.str
+    """Why the call was held or why it must sync, for logs (e.g. "sync point after step 3")."""
     @_builtins.property
     def load_version(self) -> _common_pb2.ModelVersion:
         """When set, the explorer must load this version before running the step."""
+
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileManifest]:
+        """Files of the checkpoint to load and verify (sync_method checkpoint); empty for nccl."""
 
     def __init__(
         self,
         *,
         load_version: _common_pb2.ModelVersion | None = ...,
         must_sync: _builtins.bool = ...,
+        files: _abc.Iterable[Global___FileManifest] | None = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["load_version", b"load_version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["load_version", b"load_version", "must_sync", b"must_sync"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "load_version", b"load_version", "must_sync", b"must_sync", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -296,7 +306,9 @@ class BeginTrainerStepResponse(_message.Message):
 
     PUBLISH_AFTER_FIELD_NUMBER: _builtins.int
     publish_after: _builtins.bool
-    """True when the trainer must publish its weights after this step."""
+    """True when the plan already knows the trainer must publish after this step (the final
+    answer is EndTrainerStep's, which also sees sync requests that arrive during the step).
+    """
     def __init__(
         self,
         *,
@@ -309,6 +321,58 @@ class BeginTrainerStepResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BeginTrainerStepResponse: _TypeAlias = BeginTrainerStepResponse  # noqa: Y015
+
+@_typing.final
+class EndTrainerStepRequest(_message.Message):
+    """Request of EndTrainerStep."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    """The trainer."""
+    step: _builtins.int
+    """Step it just finished training (1-based)."""
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        step: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["member_id", b"member_id", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTrainerStepRequest: _TypeAlias = EndTrainerStepRequest  # noqa: Y015
+
+@_typing.final
+class EndTrainerStepResponse(_message.Message):
+    """Response of EndTrainerStep."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PUBLISH_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    publish: _builtins.bool
+    """True when the trainer must publish its weights now, as version `step`."""
+    reason: _builtins.str
+    """Why (e.g. "step % sync_interval == 0", "sync requested by explorer-1")."""
+    def __init__(
+        self,
+        *,
+        publish: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["publish", b"publish", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTrainerStepResponse: _TypeAlias = EndTrainerStepResponse  # noqa: Y015
 
 @_typing.final
 class TensorManifest(_message.Message):
@@ -497,19 +561,27 @@ class JoinWeightGroupRequest(_message.Message):
 
     MEMBER_ID_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    MASTER_ADDRESS_FIELD_NUMBER: _builtins.int
+    MASTER_PORT_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     """Member joining."""
     version: _builtins.int
     """Version to be transferred."""
+    master_address: _builtins.str
+    """Rank 0 only: address of the store it listens on (reachable by the other members)."""
+    master_port: _builtins.int
+    """Rank 0 only: port of that store."""
     def __init__(
         self,
         *,
         member_id: _builtins.str = ...,
         version: _builtins.int = ...,
+        master_address: _builtins.str = ...,
+        master_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["member_id", b"member_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["master_address", b"master_address", "master_port", b"master_port", "member_id", b"member_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -618,6 +690,7 @@ class MemberStatus(_message.Message):
     MODEL_VERSION_FIELD_NUMBER: _builtins.int
     ALIVE_FIELD_NUMBER: _builtins.int
     LAST_SEEN_S_FIELD_NUMBER: _builtins.int
+    LAST_SYNC_ERROR_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     """Member name."""
     role: Global___Role.ValueType
@@ -630,6 +703,8 @@ class MemberStatus(_message.Message):
     """False when heartbeats stopped for longer than the member timeout."""
     last_seen_s: _builtins.float
     """Seconds since its last heartbeat."""
+    last_sync_error: _builtins.str
+    """Error of the member's last failed weight transfer; empty after a success."""
     def __init__(
         self,
         *,
@@ -639,14 +714,55 @@ class MemberStatus(_message.Message):
         model_version: _builtins.int = ...,
         alive: _builtins.bool = ...,
         last_seen_s: _builtins.float = ...,
+        last_sync_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alive", b"alive", "last_seen_s", b"last_seen_s", "member_id", b"member_id", "model_version", b"model_version", "role", b"role", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alive", b"alive", "last_seen_s", b"last_seen_s", "last_sync_error", b"last_sync_error", "member_id", b"member_id", "model_version", b"model_version", "role", b"role", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MemberStatus: _TypeAlias = MemberStatus  # noqa: Y015
+
+@_typing.final
+class WeightGroupStatus(_message.Message):
+    """One weight-transfer group (sync_method nccl), as the broker sees it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_NAME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    group_name: _builtins.str
+    """Group name (unique per version and attempt)."""
+    version: _builtins.int
+    """Version it carries."""
+    state: _builtins.str
+    """"forming", "open", "done" or "failed"."""
+    error: _builtins.str
+    """Why it failed; empty otherwise."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Members in rank order (the trainer is rank 0)."""
+
+    def __init__(
+        self,
+        *,
+        group_name: _builtins.str = ...,
+        version: _builtins.int = ...,
+        state: _builtins.str = ...,
+        members: _abc.Iterable[_builtins.str] | None = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "group_name", b"group_name", "members", b"members", "state", b"state", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WeightGroupStatus: _TypeAlias = WeightGroupStatus  # noqa: Y015
 
 @_typing.final
 class GetStatusResponse(_message.Message):
@@ -657,6 +773,7 @@ class GetStatusResponse(_message.Message):
     LATEST_VERSION_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
     PLAN_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def latest_version(self) -> _common_pb2.ModelVersion:
         """Latest published version."""
@@ -669,16 +786,21 @@ class GetStatusResponse(_message.Message):
     def plan(self) -> Global___SyncPlan:
         """The plan in force."""
 
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___WeightGroupStatus]:
+        """Recent weight-transfer groups, newest last."""
+
     def __init__(
         self,
         *,
         latest_version: _common_pb2.ModelVersion | None = ...,
         members: _abc.Iterable[Global___MemberStatus] | None = ...,
         plan: Global___SyncPlan | None = ...,
+        groups: _abc.Iterable[Global___WeightGroupStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["latest_version", b"latest_version", "plan", b"plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["latest_version", b"latest_version", "members", b"members", "plan", b"plan"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "latest_version", b"latest_version", "members", b"members", "plan", b"plan"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -732,18 +854,24 @@ class WaitForVersionResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VERSION_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def version(self) -> _common_pb2.ModelVersion:
         """The latest published version (>= min_version)."""
+
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___FileManifest]:
+        """Files of its checkpoint (sync_method checkpoint)."""
 
     def __init__(
         self,
         *,
         version: _common_pb2.ModelVersion | None = ...,
+        files: _abc.Iterable[Global___FileManifest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -55,6 +55,11 @@ class SynchronizerServiceStub:
                 request_serializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.BeginTrainerStepRequest.SerializeToString,
                 response_deserializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.BeginTrainerStepResponse.FromString,
                 _registered_method=True)
+        self.EndTrainerStep = channel.unary_unary(
+                '/trinity_grpc.synchronizer.v1.SynchronizerService/EndTrainerStep',
+                request_serializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.EndTrainerStepRequest.SerializeToString,
+                response_deserializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.EndTrainerStepResponse.FromString,
+                _registered_method=True)
         self.PublishVersion = channel.unary_unary(
                 '/trinity_grpc.synchronizer.v1.SynchronizerService/PublishVersion',
                 request_serializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.PublishVersionRequest.SerializeToString,
@@ -116,6 +121,14 @@ class SynchronizerServiceServicer:
 
     def BeginTrainerStep(self, request, context):
         """The trainer asks before training step `step`; returns when the plan allows it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTrainerStep(self, request, context):
+        """The trainer finished step `step`; the answer says whether it must publish its weights now
+        (the plan's schedule, an explorer's sync request, or a restarted explorer catching up).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,6 +198,11 @@ def add_SynchronizerServiceServicer_to_server(servicer, server):
                     servicer.BeginTrainerStep,
                     request_deserializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.BeginTrainerStepRequest.FromString,
                     response_serializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.BeginTrainerStepResponse.SerializeToString,
+            ),
+            'EndTrainerStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTrainerStep,
+                    request_deserializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.EndTrainerStepRequest.FromString,
+                    response_serializer=trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.EndTrainerStepResponse.SerializeToString,
             ),
             'PublishVersion': grpc.unary_unary_rpc_method_handler(
                     servicer.PublishVersion,
@@ -326,6 +344,33 @@ class SynchronizerService:
             '/trinity_grpc.synchronizer.v1.SynchronizerService/BeginTrainerStep',
             trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.BeginTrainerStepRequest.SerializeToString,
             trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.BeginTrainerStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTrainerStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/trinity_grpc.synchronizer.v1.SynchronizerService/EndTrainerStep',
+            trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.EndTrainerStepRequest.SerializeToString,
+            trinity__grpc_dot_synchronizer_dot_v1_dot_synchronizer__pb2.EndTrainerStepResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,10 @@ class SynchronizerServiceStub:
     """
     BeginTrainerStep: _grpc.UnaryUnaryMultiCallable[_synchronizer_pb2.BeginTrainerStepRequest, _synchronizer_pb2.BeginTrainerStepResponse]
     """The trainer asks before training step `step`; returns when the plan allows it."""
+    EndTrainerStep: _grpc.UnaryUnaryMultiCallable[_synchronizer_pb2.EndTrainerStepRequest, _synchronizer_pb2.EndTrainerStepResponse]
+    """The trainer finished step `step`; the answer says whether it must publish its weights now
+    (the plan's schedule, an explorer's sync request, or a restarted explorer catching up).
+    """
     PublishVersion: _grpc.UnaryUnaryMultiCallable[_synchronizer_pb2.PublishVersionRequest, _synchronizer_pb2.PublishVersionResponse]
     """The trainer announces a new model version (after its weights are saved or ready to send)."""
     ReportSync: _grpc.UnaryUnaryMultiCallable[_synchronizer_pb2.ReportSyncRequest, _synchronizer_pb2.ReportSyncResponse]
@@ -77,6 +81,10 @@ class SynchronizerServiceAsyncStub(SynchronizerServiceStub):
     """
     BeginTrainerStep: _aio.UnaryUnaryMultiCallable[_synchronizer_pb2.BeginTrainerStepRequest, _synchronizer_pb2.BeginTrainerStepResponse]  # type: ignore[assignment]
     """The trainer asks before training step `step`; returns when the plan allows it."""
+    EndTrainerStep: _aio.UnaryUnaryMultiCallable[_synchronizer_pb2.EndTrainerStepRequest, _synchronizer_pb2.EndTrainerStepResponse]  # type: ignore[assignment]
+    """The trainer finished step `step`; the answer says whether it must publish its weights now
+    (the plan's schedule, an explorer's sync request, or a restarted explorer catching up).
+    """
     PublishVersion: _aio.UnaryUnaryMultiCallable[_synchronizer_pb2.PublishVersionRequest, _synchronizer_pb2.PublishVersionResponse]  # type: ignore[assignment]
     """The trainer announces a new model version (after its weights are saved or ready to send)."""
     ReportSync: _aio.UnaryUnaryMultiCallable[_synchronizer_pb2.ReportSyncRequest, _synchronizer_pb2.ReportSyncResponse]  # type: ignore[assignment]
@@ -128,6 +136,16 @@ class SynchronizerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_synchronizer_pb2.BeginTrainerStepResponse, _abc.Awaitable[_synchronizer_pb2.BeginTrainerStepResponse]]:
         """The trainer asks before training step `step`; returns when the plan allows it."""
+
+    @_abc_1.abstractmethod
+    def EndTrainerStep(
+        self,
+        request: _synchronizer_pb2.EndTrainerStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_synchronizer_pb2.EndTrainerStepResponse, _abc.Awaitable[_synchronizer_pb2.EndTrainerStepResponse]]:
+        """The trainer finished step `step`; the answer says whether it must publish its weights now
+        (the plan's schedule, an explorer's sync request, or a restarted explorer catching up).
+        """
 
     @_abc_1.abstractmethod
     def PublishVersion(
