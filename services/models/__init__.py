@@ -1,0 +1,1 @@
+"""Model loading (hub, local, builtin tiny models) and the synthetic arithmetic task."""
