@@ -1,0 +1,236 @@
+"""Experiences → tensors: the model's inputs and the algorithm's TrainBatch, row-aligned.
+
+Layout ("response-aligned padding", as in veRL/Trinity): every row's prompt is left-padded to the
+batch's widest prompt P and its response right-padded to the longest response T, so response token
+t of every row sits in column P + t. The logits that predict the response are then one slice,
+`logits[:, P-1 : P+T-1]`, and every per-token tensor of the algorithm is a plain [B, T] array.
+
+Length bucketing: `micro_batches` sorts rows by length before chunking, so a micro-batch pads only
+to its own longest row (`ModelInputs.select` trims the columns every selected row leaves empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from services.common.errors import InvalidArgument
+from services.common.experience import Experience
+from services.trainer.algorithms.api import TrainBatch
+
+
+@dataclass
+class ModelInputs:
+    """What the model sees for B rows: prompt left-padded to P columns, response right-padded to T."""
+
+    input_ids: Tensor  # [B, P+T] long
+    attention_mask: Tensor  # [B, P+T] long, 1 on real tokens
+    position_ids: Tensor  # [B, P+T] long, 0 at each row's first real token
+    prompt_width: int  # P
+    prompt_lengths: Tensor  # [B] long, real prompt tokens per row
+    response_lengths: Tensor  # [B] long, real response tokens per row
+
+    @property
+    def responses(self) -> Tensor:
+        """[B, T] long: the response token ids (padding where the row is shorter)."""
+        return self.input_ids[:, self.prompt_width :]
+
+    @property
+    def response_width(self) -> int:
+        return int(self.input_ids.shape[1]) - self.prompt_width
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (non-pad) tokens, prompt + response: the figure tokens/s is measured in."""
+        return int(self.attention_mask.sum())
+
+    def select(self, idx: Tensor) -> ModelInputs:
+        """Rows `idx`, trimmed to the widest prompt and the longest response among them."""
+        prompt_lengths = self.prompt_lengths[idx]
+        response_lengths = self.response_lengths[idx]
+        p = int(prompt_lengths.max())
+        t = int(response_lengths.max())
+        cols = slice(self.prompt_width - p, self.prompt_width + t)
+        return ModelInputs(
+            input_ids=self.input_ids[idx, cols],
+            attention_mask=self.attention_mask[idx, cols],
+            position_ids=self.position_ids[idx, cols],
+            prompt_width=p,
+            prompt_lengths=prompt_lengths,
+            response_lengths=response_lengths,
+        )
+
+    def to(self, device: Any) -> ModelInputs:
+        return replace(
+            self,
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            position_ids=self.position_ids.to(device),
+        )
+
+
+@dataclass
+class Batch:
+    """One training step's data: model inputs + algorithm tensors (same rows, same order)."""
+
+    inputs: ModelInputs
+    train: TrainBatch
+    needs_logprob: Tensor  # [B] bool: rows that arrived without behaviour logprobs (external agents)
+
+    def __len__(self) -> int:
+        return self.train.batch_size
+
+    def select(self, idx: Tensor) -> Batch:
+        """Rows `idx`; per-token tensors trimmed to the rows' longest response."""
+        inputs = self.inputs.select(idx)
+        return Batch(inputs, trim_tokens(self.train.select(idx), inputs.response_width), self.needs_logprob[idx])
+
+
+def trim_tokens(batch: TrainBatch, width: int) -> TrainBatch:
+    """Every [B, T] field of `batch` cut to its first `width` columns ([B] fields untouched)."""
+    cut = {}
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if isinstance(value, Tensor) and value.dim() == 2:
+            cut[f.name] = value[:, :width]
+    return replace(batch, **cut)
+
+
+@dataclass
+class _Row:
+    """One sequence before padding (a DPO experience becomes two rows)."""
+
+    prompt: np.ndarray
+    response: np.ndarray
+    exp: Experience
+    is_expert: bool
+    pair: int = -1
+
+
+def _rows(experiences: Sequence[Experience], expert: Sequence[bool]) -> list[_Row]:
+    rows: list[_Row] = []
+    for i, exp in enumerate(experiences):
+        where = f"experiences[{i}]"
+        if exp.chosen is not None and exp.rejected is not None:
+            prompt = np.asarray(exp.tokens, dtype=np.int64)
+            pair = len(rows) // 2
+            rows.append(_Row(prompt, np.asarray(exp.chosen, dtype=np.int64), exp, expert[i], pair))
+            rows.append(_Row(prompt, np.asarray(exp.rejected, dtype=np.int64), exp, expert[i], pair))
+            continue
+        if exp.tokens is None or exp.tokens.shape[0] == 0:
+            raise InvalidArgument(
+                "the trainer needs token ids; tokenize chat-only experiences before writing them", field=f"{where}.tokens"
+            )
+        if exp.response_length <= 0:
+            raise InvalidArgument("experience has no response tokens", field=f"{where}.prompt_length")
+        tokens = np.asarray(exp.tokens, dtype=np.int64)
+        rows.append(_Row(tokens[: exp.prompt_length], tokens[exp.prompt_length :], exp, expert[i]))
+    return rows
+
+
+def _group_index(experiences: Sequence[_Row]) -> list[int]:
+    """Rows from the same (batch_id, group_id or task_id) share an index, in order of first appearance."""
+    seen: dict[tuple[int, str], int] = {}
+    out = []
+    for row in experiences:
+        key = (row.exp.batch_id, row.exp.group_id or row.exp.task_id or f"#row{len(out)}")
+        out.append(seen.setdefault(key, len(seen)))
+    return out
+
+
+def _token_field(rows: list[_Row], name: str, width: int) -> Tensor | None:
+    """Stack an optional per-response-token array; None unless every row carries it."""
+    arrays = [getattr(r.exp, name) for r in rows]
+    if any(a is None or a.shape[0] == 0 for a in arrays) or any(r.pair >= 0 for r in rows):
+        return None
+    out = torch.zeros(len(rows), width, dtype=torch.float32)
+    for i, a in enumerate(arrays):
+        out[i, : a.shape[0]] = torch.from_numpy(np.asarray(a, dtype=np.float32))
+    return out
+
+
+def build_batch(
+    experiences: Sequence[Experience],
+    *,
+    pad_token_id: int,
+    is_expert: Sequence[bool] | None = None,
+    max_length: int | None = None,
+) -> Batch:
+    """Pad `experiences` into one Batch (see the module docstring for the layout).
+
+    max_length: longest prompt + response accepted (model.max_model_len); longer rows are an
+    InvalidArgument rather than a silent truncation, since truncating would misalign logprobs.
+    """
+    if not experiences:
+        raise InvalidArgument("cannot build a training batch from zero experiences", field="experiences")
+    rows = _rows(experiences, is_expert or [False] * len(experiences))
+    if max_length is not None:
+        for i, r in enumerate(rows):
+            if len(r.prompt) + len(r.response) > max_length:
+                raise InvalidArgument(
+                    f"row {i} has {len(r.prompt) + len(r.response)} tokens, more than model.max_model_len {max_length}",
+                    field="model.max_model_len",
+                )
+    n, p, t = len(rows), max(len(r.prompt) for r in rows), max(len(r.response) for r in rows)
+    input_ids = torch.full((n, p + t), pad_token_id, dtype=torch.long)
+    attention = torch.zeros(n, p + t, dtype=torch.long)
+    action_mask = torch.zeros(n, t, dtype=torch.float32)
+    old_logprob = torch.zeros(n, t, dtype=torch.float32)
+    needs_logprob = torch.zeros(n, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        lp, lr = len(r.prompt), len(r.response)
+        input_ids[i, p - lp : p] = torch.from_numpy(r.prompt)
+        input_ids[i, p : p + lr] = torch.from_numpy(r.response)
+        attention[i, p - lp : p + lr] = 1
+        mask = r.exp.action_mask if r.pair < 0 and r.exp.action_mask is not None and r.exp.action_mask.shape[0] else None
+        action_mask[i, :lr] = torch.from_numpy(np.asarray(mask, dtype=np.float32)) if mask is not None else 1.0
+        logprobs = r.exp.logprobs if r.pair < 0 else None
+        if logprobs is not None and logprobs.shape[0] == lr:
+            old_logprob[i, :lr] = torch.from_numpy(np.asarray(logprobs, dtype=np.float32))
+        else:
+            needs_logprob[i] = True
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    inputs = ModelInputs(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        prompt_width=p,
+        prompt_lengths=torch.tensor([len(r.prompt) for r in rows], dtype=torch.long),
+        response_lengths=torch.tensor([len(r.response) for r in rows], dtype=torch.long),
+    )
+    pairs = [r.pair for r in rows]
+    train = TrainBatch(
+        action_mask=action_mask,
+        old_logprob=old_logprob,
+        rewards=torch.tensor([float(r.exp.reward or 0.0) for r in rows], dtype=torch.float32),
+        group_index=torch.tensor(_group_index(rows), dtype=torch.long),
+        model_version=torch.tensor([r.exp.model_version for r in rows], dtype=torch.long),
+        token_level_rewards=_token_field(rows, "token_level_rewards", t),
+        advantages=_token_field(rows, "advantages", t),
+        returns=_token_field(rows, "returns", t),
+        is_expert=torch.tensor([r.is_expert for r in rows], dtype=torch.bool),
+        pair_index=torch.tensor(pairs, dtype=torch.long) if all(x >= 0 for x in pairs) else None,
+    )
+    return Batch(inputs, train, needs_logprob)
+
+
+def micro_batches(batch: Batch, micro_batch_size: int) -> list[Tensor]:
+    """Row indices of each micro-batch: rows sorted by length, then chunked (length bucketing).
+
+    DPO batches (pair_index set) chunk whole pairs so chosen and rejected stay together.
+    """
+    lengths = batch.inputs.prompt_lengths + batch.inputs.response_lengths
+    if batch.train.pair_index is not None:
+        pair_len = lengths.view(-1, 2).max(dim=1).values
+        pair_order = torch.argsort(pair_len, stable=True)
+        per = max(1, micro_batch_size // 2)
+        return [
+            torch.stack([2 * chunk, 2 * chunk + 1], dim=1).reshape(-1) for chunk in torch.split(pair_order, per)
+        ]
+    order = torch.argsort(lengths, stable=True)
+    return list(torch.split(order, micro_batch_size))

@@ -1,0 +1,340 @@
+"""The training step: forward over micro-batches, the algorithm's loss, backward, clip, AdamW step.
+
+gRPC-free and I/O-free: `TrainEngine.train_step(batch)` takes a `batching.Batch` and returns
+metrics. The service (service.py) decides where batches come from and when to ack, publish, save.
+
+One step = one batch of train_batch_size experiences. Per step: behaviour logprobs are recomputed
+for rows that arrived without them (external agents), the reference model and the critic run once
+without gradients, the algorithm computes advantages once, then `ppo_epochs` passes each split into
+length-bucketed micro-batches whose gradients accumulate (each micro-batch loss is scaled by its
+share of the rows, the algorithm API's contract) before one clipped optimizer step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from services.common.config.schema import TrinityConfig
+from services.common.errors import InvalidArgument
+from services.trainer.algorithms.api import Algorithm
+from services.trainer.batching import Batch, ModelInputs, micro_batches
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The knobs of the step, gathered from trainer:, algorithm.optimizer: and model:."""
+
+    micro_batch_size: int = 8
+    ppo_epochs: int = 1
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    warmup_style: str = "constant"
+    min_lr_ratio: float = 0.0
+    total_steps: int | None = None
+    gradient_checkpointing: bool = False
+    bf16: bool = True
+    temperature: float = 1.0  # logits are divided by the rollout temperature, as the sampler did
+
+    @classmethod
+    def from_config(cfg_cls, cfg: TrinityConfig) -> EngineSettings:
+        opt = cfg.algorithm.optimizer
+        total = cfg.trainer.total_steps or cfg.buffer.total_steps
+        warmup = opt.lr_warmup_steps
+        if warmup == 0 and opt.lr_warmup_steps_ratio > 0:
+            if total is None:
+                raise InvalidArgument(
+                    "lr_warmup_steps_ratio needs a known number of steps: set trainer.total_steps "
+                    "(or use lr_warmup_steps)",
+                    field="algorithm.optimizer.lr_warmup_steps_ratio",
+                )
+            warmup = int(opt.lr_warmup_steps_ratio * total)
+        if opt.warmup_style == "cosine" and total is None:
+            raise InvalidArgument(
+                "warmup_style cosine needs trainer.total_steps", field="algorithm.optimizer.warmup_style"
+            )
+        taskset = cfg.buffer.explorer_input.taskset
+        temperature = float((taskset.rollout_args if taskset else {}).get("temperature", 1.0) or 1.0)
+        return cfg_cls(
+            micro_batch_size=cfg.trainer.micro_batch_size,
+            ppo_epochs=cfg.trainer.ppo_epochs,
+            lr=opt.lr,
+            betas=opt.betas,
+            weight_decay=opt.weight_decay,
+            grad_clip=opt.grad_clip,
+            warmup_steps=warmup,
+            warmup_style=opt.warmup_style,
+            min_lr_ratio=opt.min_lr_ratio,
+            total_steps=total,
+            gradient_checkpointing=cfg.trainer.gradient_checkpointing,
+            bf16=cfg.trainer.bf16,
+            temperature=temperature,
+        )
+
+
+def lr_factor(step: int, s: EngineSettings) -> float:
+    """Multiplier of the base lr at optimizer step `step` (0-based).
+
+    Linear warm-up reaching 1 at step warmup_steps-1 (so step 0 already learns), then constant or
+    cosine decay to min_lr_ratio at total_steps.
+    """
+    if step < s.warmup_steps:
+        return (step + 1) / s.warmup_steps
+    if s.warmup_style != "cosine" or not s.total_steps:
+        return 1.0
+    progress = min(1.0, (step - s.warmup_steps) / max(1, s.total_steps - s.warmup_steps))
+    return s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def token_logprobs(logits: Tensor, tokens: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+    """Per-token log p(token) and entropy of the distribution, both [b, T] float32.
+
+    logits [b, T, V] (any dtype; reduced in float32), tokens [b, T] long.
+    log p = logit[token] - logsumexp(logits); entropy = logsumexp - sum softmax * logits.
+    """
+    logits = logits.float()
+    lse = torch.logsumexp(logits, dim=-1)
+    logprob = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
+    if not with_entropy:
+        return logprob, None
+    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprob, entropy
+
+
+class ValueModel(nn.Module):
+    """A critic: the backbone of a causal LM plus a linear head giving one value per token."""
+
+    def __init__(self, lm: nn.Module) -> None:
+        super().__init__()
+        self.backbone = lm.base_model
+        hidden = lm.config.hidden_size
+        self.value_head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, inputs: ModelInputs) -> Tensor:
+        """Values [b, T] at the positions that predict each response token (aligned with logprobs)."""
+        out = self.backbone(
+            input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids
+        )
+        p, t = inputs.prompt_width, inputs.response_width
+        hidden = out.last_hidden_state[:, p - 1 : p + t - 1]
+        return self.value_head(hidden.float()).squeeze(-1)
+
+
+class TrainEngine:
+    """Model, optional reference model and critic, AdamW and the warm-up schedule; see the module doc."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        algorithm: Algorithm,
+        settings: EngineSettings,
+        *,
+        ref_model: nn.Module | None = None,
+        critic: ValueModel | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.algorithm = algorithm
+        self.settings = settings
+        self.ref_model = ref_model.to(self.device).eval() if ref_model is not None else None
+        self.critic = critic.to(self.device) if critic is not None else None
+        if algorithm.use_reference and self.ref_model is None:
+            raise InvalidArgument(f"algorithm {algorithm.name} needs a reference model", field="algorithm.kl_loss_fn")
+        if algorithm.use_critic and self.critic is None:
+            raise InvalidArgument(f"algorithm {algorithm.name} needs a critic", field="algorithm.use_critic")
+        if settings.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        params = [p for p in self.trainable_modules_parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay,
+            foreach=self.device.type == "cuda" or None,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, settings))
+        self.step = 0
+        self._logits_to_keep = _accepts_logits_to_keep(model)
+
+    def trainable_modules_parameters(self) -> Iterator[nn.Parameter]:
+        yield from self.model.parameters()
+        if self.critic is not None:
+            yield from self.critic.parameters()
+
+    # ---- forward passes -------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.device.type == "cuda" and self.settings.bf16:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _response_logits(self, model: nn.Module, inputs: ModelInputs) -> Tensor:
+        """Logits [b, T, V] at the positions predicting each response token, temperature applied."""
+        p, t = inputs.prompt_width, inputs.response_width
+        kwargs: dict[str, Any] = {"logits_to_keep": t + 1} if self._logits_to_keep else {}
+        out = model(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            position_ids=inputs.position_ids,
+            use_cache=False,
+            **kwargs,
+        )
+        logits = out.logits[:, :-1] if self._logits_to_keep else out.logits[:, p - 1 : p + t - 1]
+        if self.settings.temperature != 1.0:
+            logits = logits / self.settings.temperature
+        return logits
+
+    def policy(self, inputs: ModelInputs, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Current policy's logprob and entropy over the response, [b, T] each (grad flows)."""
+        with self._autocast():
+            logits = self._response_logits(self.model, inputs)
+        return token_logprobs(logits, inputs.responses, with_entropy)
+
+    @torch.no_grad()
+    def logprobs_of(self, model: nn.Module, batch: Batch) -> Tensor:
+        """Logprobs [B, T] of `model` for every row, without grad, micro-batch by micro-batch."""
+        out = torch.zeros_like(batch.train.action_mask)
+        for idx in micro_batches(batch, self.settings.micro_batch_size):
+            inputs = batch.inputs.select(idx)
+            with self._autocast():
+                logits = self._response_logits(model, inputs)
+            logprob, _ = token_logprobs(logits, inputs.responses, False)
+            out[idx, : inputs.response_width] = logprob
+        return out
+
+    @torch.no_grad()
+    def values_of(self, batch: Batch) -> Tensor:
+        assert self.critic is not None
+        out = torch.zeros_like(batch.train.action_mask)
+        for idx in micro_batches(batch, self.settings.micro_batch_size):
+            inputs = batch.inputs.select(idx)
+            with self._autocast():
+                out[idx, : inputs.response_width] = self.critic(inputs).float()
+        return out
+
+    # ---- the step -------------------------------------------------------------------------------
+
+    def prepare(self, batch: Batch) -> dict[str, float]:
+        """Everything computed once per batch before the update; fills the batch in place."""
+        train = batch.train
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        was_training = self.model.training
+        self.model.eval()
+        if self.algorithm.needs_old_logprob and bool(batch.needs_logprob.any()):
+            recomputed = self.logprobs_of(self.model, batch)
+            rows = batch.needs_logprob
+            train.old_logprob[rows] = recomputed[rows] * train.action_mask[rows]
+            timings["time/recompute_logprob"] = time.perf_counter() - start
+        self.model.train(was_training)
+        if self.algorithm.use_reference:
+            assert self.ref_model is not None
+            t0 = time.perf_counter()
+            train.ref_logprob = self.logprobs_of(self.ref_model, batch)
+            timings["time/ref"] = time.perf_counter() - t0
+        if self.algorithm.use_critic:
+            t0 = time.perf_counter()
+            train.values = self.values_of(batch)
+            timings["time/values"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        adv_metrics = self.algorithm.compute_advantages(train) if train.advantages is None else {}
+        timings["time/advantage"] = time.perf_counter() - t0
+        return {**adv_metrics, **timings}
+
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        """One optimizer step per ppo epoch over `batch`; returns metrics (loss parts, grad norm, lr...)."""
+        start = time.perf_counter()
+        batch = Batch(batch.inputs.to(self.device), batch.train.to(self.device), batch.needs_logprob.to(self.device))
+        metrics = self.prepare(batch)
+        self.model.train()
+        t_update = time.perf_counter()
+        n = len(batch)
+        sums: dict[str, float] = {}
+        grad_norm = 0.0
+        for _epoch in range(self.settings.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            sums = {}
+            for idx in micro_batches(batch, self.settings.micro_batch_size):
+                mb = batch.select(idx)
+                logprob, entropy = self.policy(mb.inputs)
+                values = self.critic(mb.inputs) if self.critic is not None else None
+                scale = len(idx) / n
+                loss, parts = self.algorithm.compute_loss(mb.train, logprob, entropy, values, loss_scale=scale)
+                loss.backward()
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+                if entropy is not None:
+                    mask = mb.train.action_mask
+                    mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+                    sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * scale
+                for key, value in parts.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) * scale
+            grad_norm = self._clip_and_step()
+        self.scheduler.step()
+        self.step += 1
+        metrics.update({f"actor/{k}": v for k, v in sums.items()})
+        metrics["actor/grad_norm"] = grad_norm
+        metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        metrics["time/update"] = time.perf_counter() - t_update
+        metrics["time/step"] = time.perf_counter() - start
+        metrics.update(batch_metrics(batch))
+        return metrics
+
+    def _clip_and_step(self) -> float:
+        params = [p for p in self.trainable_modules_parameters() if p.grad is not None]
+        max_norm = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if torch.isfinite(norm):
+            self.optimizer.step()
+        # A non-finite norm skips the update (the grads are garbage) but still counts the step.
+        return float(norm)
+
+    # ---- checkpoint state -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler, critic and step (the model's weights are saved separately, HF format)."""
+        state: dict[str, Any] = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+        }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = int(state["step"])
+        if self.critic is not None and "critic" in state:
+            self.critic.load_state_dict(state["critic"])
+
+
+def batch_metrics(batch: Batch) -> dict[str, float]:
+    """Data facts of a step: rows, tokens, response length, reward."""
+    mask = batch.train.action_mask
+    return {
+        "batch/rows": float(len(batch)),
+        "batch/tokens": float(batch.inputs.num_tokens),
+        "response_length/mean": float(batch.inputs.response_lengths.float().mean()),
+        "critic/rewards/mean": float(batch.train.rewards.mean()),
+        "batch/action_tokens": float(mask.sum()),
+    }
+
+
+def _accepts_logits_to_keep(model: nn.Module) -> bool:
+    import inspect
+
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,91 @@
+"""The training step on a tiny GPT-2: logprobs, accumulation, schedule, recomputation, learning."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from services.trainer.batching import build_batch
+from services.trainer.engine import EngineSettings, TrainEngine, lr_factor, token_logprobs
+from tests.unit.trainer_fakes import NllAlgorithm, experience, tiny_model
+
+PAD = 0
+
+
+def _batch(n: int = 4, equal: bool = False):
+    exps = [experience("1+2=", "3" if equal else "3" * (1 + i % 3), task_id=f"t{i}") for i in range(n)]
+    return build_batch(exps, pad_token_id=PAD)
+
+
+def test_token_logprobs_by_hand() -> None:
+    # logits [0, ln 3] -> p = [1/4, 3/4]; token 1: log(3/4); entropy -(1/4 ln 1/4 + 3/4 ln 3/4) ≈ 0.5623.
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    logprob, entropy = token_logprobs(logits, torch.tensor([[1]]), with_entropy=True)
+    assert logprob.item() == pytest.approx(math.log(0.75))
+    assert entropy.item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+
+
+def test_padded_logprobs_equal_unpadded_forward() -> None:
+    model = tiny_model()
+    engine = TrainEngine(model, NllAlgorithm(), EngineSettings(micro_batch_size=8))
+    batch = build_batch([experience("12+7=", "19"), experience("3=", "3;x")], pad_token_id=PAD)
+    padded = engine.logprobs_of(model, batch)
+    # Row 1 alone, no padding at all: log p(response token t | prefix) from a plain forward.
+    ids = batch.inputs.input_ids[1, 3:].unsqueeze(0)  # drop the 3 left-pad columns
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.float(), -1)
+    direct = logp[0, 1:4].gather(-1, ids[0, 2:5].unsqueeze(-1)).squeeze(-1)
+    assert padded[1].tolist() == pytest.approx(direct.tolist(), abs=1e-5)
+
+
+def test_gradient_accumulation_matches_one_big_micro_batch() -> None:
+    # Equal-length rows, so a row-weighted mean of per-micro-batch token means is the full token mean.
+    settings = dict(lr=1e-2, grad_clip=0.0, weight_decay=0.0)
+    big = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings(micro_batch_size=4, **settings))
+    small = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings(micro_batch_size=1, **settings))
+    m_big = big.train_step(_batch(equal=True))
+    m_small = small.train_step(_batch(equal=True))
+    assert m_small["actor/loss"] == pytest.approx(m_big["actor/loss"], rel=1e-5)
+    # Compare the accumulated gradients (left in .grad after the step): AdamW's first update is
+    # ~lr * sign(grad), which would amplify float noise on near-zero gradients.
+    for a, b in zip(big.model.parameters(), small.model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_loss_decreases_on_a_fixed_batch() -> None:
+    engine = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings(micro_batch_size=2, lr=3e-3))
+    losses = [engine.train_step(_batch())["actor/loss"] for _ in range(8)]
+    assert losses[-1] < 0.7 * losses[0]
+    assert engine.step == 8
+
+
+def test_missing_behaviour_logprobs_are_recomputed_with_the_current_policy() -> None:
+    algo = NllAlgorithm()
+    algo.needs_old_logprob = True
+    engine = TrainEngine(tiny_model(), algo, EngineSettings())
+    batch = build_batch([experience("a", "bc", logprobs=True), experience("a", "bcd")], pad_token_id=PAD)
+    expected = engine.logprobs_of(engine.model, batch)
+    engine.prepare(batch)
+    assert batch.train.old_logprob[0, :2].tolist() == [-1.0, -1.0]  # given by the producer: kept
+    assert batch.train.old_logprob[1].tolist() == pytest.approx(expected[1].tolist(), abs=1e-6)
+
+
+def test_lr_schedule_warmup_then_cosine() -> None:
+    s = EngineSettings(warmup_steps=2, warmup_style="cosine", total_steps=6, min_lr_ratio=0.1)
+    factors = [lr_factor(step, s) for step in range(7)]
+    # warm-up 1/2, 1; then cosine over 4 steps from 1 to 0.1: 1, 0.1+0.9*(1+cos(pi/4))/2, 0.55, ...
+    assert factors[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert factors[3] == pytest.approx(0.1 + 0.9 * (1 + math.cos(math.pi / 4)) / 2)
+    assert factors[4] == pytest.approx(0.55)
+    assert factors[6] == pytest.approx(0.1)
+    assert lr_factor(100, EngineSettings()) == 1.0
+
+
+def test_gradients_are_clipped_to_grad_clip_before_the_step() -> None:
+    engine = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings(grad_clip=1e-3))
+    metrics = engine.train_step(_batch())
+    assert metrics["actor/grad_norm"] > 1e-2  # the pre-clip norm is what is reported
+    applied = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in engine.model.parameters()]))
+    assert applied.item() == pytest.approx(1e-3, rel=1e-3)  # grads stay in .grad after the step
