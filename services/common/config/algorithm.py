@@ -34,17 +34,20 @@ class OptimizerConfig(Section):
 
 class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
-    """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, ..."""
+    """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo (presets in
+    services/trainer/algorithms/presets.py; checked when the trainer builds the algorithm)."""
     repeat_times: int = Field(1, ge=1)
     """Rollouts per task (GRPO/OPMD need > 1)."""
     sample_strategy: str | None = None
     """How the trainer reads experiences: default, staleness_control, mix."""
     sample_strategy_args: dict[str, Any] | None = None
-    """Arguments of the sample strategy (e.g. max_staleness, expert_data_ratio)."""
+    """Arguments of the sample strategy: staleness_control (max_staleness), mix (expert_data_ratio 0.5,
+    sft_dataset_name "sft_dataset" = key in buffer.trainer_input.auxiliary_buffers)."""
     advantage_fn: str | None = None
-    """grpo, ppo, rloo, reinforceplusplus, opmd, ..."""
+    """grpo, ppo, rloo, reinforceplusplus, opmd, none, or a dotted path "pkg.module:fn"."""
     advantage_fn_args: dict[str, Any] | None = None
-    """Arguments of the advantage fn (e.g. epsilon, gamma, lam)."""
+    """Arguments of the advantage fn: grpo (epsilon 1e-6, std_threshold, std_cal_level group|batch),
+    ppo (gamma 1.0, lam 1.0), reinforceplusplus (gamma), opmd (opmd_baseline mean|logavgexp, tau)."""
     policy_loss_fn: str | None = None
     """ppo, gspo, cispo, opmd, sft, dpo, mix."""
     policy_loss_fn_args: dict[str, Any] | None = None
@@ -68,4 +71,6 @@ class AlgorithmConfig(Section):
     optimizer: OptimizerConfig = OptimizerConfig()
     """Actor optimizer."""
     use_critic: bool | None = None
-    """Train a value model (PPO with GAE); None lets the preset decide."""
+    """Train a value model (PPO with GAE); None lets the preset decide (true for ppo only)."""
+    value_loss_fn_args: dict[str, Any] | None = None
+    """Critic loss when use_critic: cliprange_value (0.5, veRL's default) and value_loss_coef (1.0)."""

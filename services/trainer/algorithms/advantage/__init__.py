@@ -1,0 +1,1 @@
+"""Advantage functions: (batch, **args) -> AdvantageOutput. Built-ins are listed in ../parts.py."""

@@ -1,0 +1,173 @@
+"""Compose an Algorithm from an AlgorithmConfig: preset -> parts from the registries -> one object.
+
+The composite owns the only state an algorithm has (the adaptive KL coefficient and, for MIX, the
+row counts of the current batch); every part stays a pure function.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from services.common.errors import InvalidArgument
+from services.trainer.algorithms import parts, presets
+from services.trainer.algorithms.api import Algorithm, TrainBatch
+from services.trainer.algorithms.kl import KLTerm
+from services.trainer.algorithms.masked import check_loss_agg_mode
+from services.trainer.algorithms.registry import check_args
+from services.trainer.algorithms.value_loss import clipped_value_loss
+
+_KL_ARGS = {"kl_coef", "adaptive", "target_kl", "horizon"}
+_VALUE_ARGS = {"cliprange_value", "value_loss_coef"}
+
+
+def _accepts(fn: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _kl_term(registry: Any, name: str, args: dict[str, Any] | None, key: str) -> KLTerm:
+    args = dict(args or {})
+    unknown = sorted(set(args) - _KL_ARGS)
+    if unknown:
+        raise InvalidArgument(f"unknown argument(s) {unknown}; allowed: {sorted(_KL_ARGS)}", field=f"{key}_args")
+    return KLTerm(name=name, estimator=registry.get(name), config_key=f"{key}_args", **args)
+
+
+def last_token_scores(rewards: Tensor, action_mask: Tensor) -> Tensor:
+    """rewards [B] placed on the last action token of each row -> [B, T] (Trinity's token_level_scores)."""
+    scores = torch.zeros_like(action_mask, dtype=torch.float32)
+    positions = torch.arange(action_mask.shape[-1], device=action_mask.device).expand_as(action_mask)
+    last = torch.where(action_mask > 0, positions, torch.full_like(positions, -1)).max(dim=-1).values.clamp(min=0)
+    scores[torch.arange(action_mask.shape[0]), last] = rewards.to(torch.float32)
+    return scores
+
+
+class CompositeAlgorithm(Algorithm):
+    """Advantage fn + policy loss + KL penalty/loss + entropy term (+ critic loss) + sample strategy."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.config = cfg
+        self.name = cfg.algorithm_type
+        self.loss_agg_mode = check_loss_agg_mode(cfg.loss_agg_mode, "algorithm.loss_agg_mode")
+        agg_is_explicit = "loss_agg_mode" in cfg.model_fields_set
+        self.advantage_fn = parts.ADVANTAGE_FN.get(cfg.advantage_fn)
+        self.advantage_args = dict(cfg.advantage_fn_args or {})
+        check_args(self.advantage_fn, self.advantage_args, "algorithm.advantage_fn_args", skip=1)
+        self.policy_loss_fn = parts.POLICY_LOSS_FN.get(cfg.policy_loss_fn)
+        self.policy_args = dict(cfg.policy_loss_fn_args or {})
+        check_args(self.policy_loss_fn, self.policy_args, "algorithm.policy_loss_fn_args", skip=2)
+        # An explicit algorithm.loss_agg_mode applies to the policy loss too; otherwise the loss keeps
+        # its own default (token-mean, GSPO seq-mean-token-mean).
+        if agg_is_explicit and "loss_agg_mode" not in self.policy_args and _accepts(self.policy_loss_fn, "loss_agg_mode"):
+            self.policy_args["loss_agg_mode"] = self.loss_agg_mode
+        if "loss_agg_mode" in self.policy_args:
+            check_loss_agg_mode(self.policy_args["loss_agg_mode"], "algorithm.policy_loss_fn_args.loss_agg_mode")
+        self.kl_penalty = _kl_term(parts.KL_PENALTY_FN, cfg.kl_penalty_fn, cfg.kl_penalty_fn_args, "algorithm.kl_penalty_fn")
+        self.kl_loss = _kl_term(parts.KL_LOSS_FN, cfg.kl_loss_fn, cfg.kl_loss_fn_args, "algorithm.kl_loss_fn")
+        self.entropy_fn = parts.ENTROPY_LOSS_FN.get(cfg.entropy_loss_fn)
+        self.entropy_args = dict(cfg.entropy_loss_fn_args or {})
+        check_args(self.entropy_fn, self.entropy_args, "algorithm.entropy_loss_fn_args", skip=2)
+        if _accepts(self.entropy_fn, "loss_agg_mode"):
+            self.entropy_args.setdefault("loss_agg_mode", self.loss_agg_mode)
+        strategy_cls = parts.SAMPLE_STRATEGY.get(cfg.sample_strategy)
+        strategy_args = dict(cfg.sample_strategy_args or {})
+        check_args(strategy_cls, strategy_args, "algorithm.sample_strategy_args")
+        self.sample_strategy = strategy_cls(**strategy_args)
+        self.value_args = {"cliprange_value": 0.5, "value_loss_coef": 1.0, **(cfg.value_loss_fn_args or {})}
+        unknown = sorted(set(self.value_args) - _VALUE_ARGS)
+        if unknown:
+            raise InvalidArgument(f"unknown argument(s) {unknown}; allowed: {sorted(_VALUE_ARGS)}", field="algorithm.value_loss_fn_args")
+        self.use_critic = bool(cfg.use_critic)
+        if cfg.advantage_fn == "ppo" and not self.use_critic:
+            raise InvalidArgument("advantage_fn 'ppo' (GAE) needs a critic; set algorithm.use_critic true", field="algorithm.use_critic")
+        self.use_reference = self.kl_penalty.active or self.kl_loss.active or cfg.policy_loss_fn == "dpo"
+        self.needs_old_logprob = cfg.policy_loss_fn not in ("sft", "dpo")
+        self._mix_counts: tuple[int, int] | None = None
+
+    # ---- per batch -------------------------------------------------------------------------------
+    def compute_advantages(self, batch: TrainBatch) -> dict[str, float]:
+        """KL reward penalty, then the advantage fn (over non-expert rows); rows it drops get mask 0."""
+        metrics: dict[str, float] = {}
+        scores = batch.token_level_rewards
+        if scores is None:
+            scores = last_token_scores(batch.rewards, batch.action_mask)
+        scores, kl_metrics = self.kl_penalty.apply_penalty(scores, batch.old_logprob, batch.ref_logprob, batch.action_mask)
+        metrics |= kl_metrics
+        batch.token_level_rewards = scores
+        expert = batch.is_expert.bool() if batch.is_expert is not None else torch.zeros(len(batch), dtype=torch.bool)
+        self._mix_counts = (int((~expert).sum().item()), int(expert.sum().item()))
+        if batch.advantages is not None:  # given by the producer (e.g. computed explorer-side)
+            if batch.returns is None:
+                batch.returns = batch.advantages.clone()
+            return metrics
+        advantages = torch.zeros_like(batch.action_mask, dtype=torch.float32)
+        returns = torch.zeros_like(advantages)
+        usual = (~expert).nonzero(as_tuple=True)[0]
+        if usual.numel():
+            out = self.advantage_fn(batch.select(usual), **self.advantage_args)
+            advantages[usual] = out.advantages.to(advantages.dtype)
+            returns[usual] = out.returns.to(returns.dtype)
+            metrics |= out.metrics
+            if out.keep is not None:
+                dropped = usual[~out.keep.bool()]
+                batch.action_mask = batch.action_mask.clone()
+                batch.action_mask[dropped] = 0
+        batch.advantages, batch.returns = advantages, returns
+        return metrics
+
+    # ---- per micro-batch -------------------------------------------------------------------------
+    def compute_loss(
+        self,
+        batch: TrainBatch,
+        logprob: Tensor,
+        entropy: Tensor | None,
+        values: Tensor | None = None,
+        *,
+        loss_scale: float = 1.0,
+    ) -> tuple[Tensor, dict[str, float]]:
+        if self.needs_old_logprob and batch.advantages is None:
+            raise InvalidArgument("call compute_advantages(batch) before compute_loss", field="batch.advantages")
+        if batch.advantages is None:  # SFT / DPO: the losses ignore them, the adapters still read them
+            batch.advantages = torch.zeros_like(logprob)
+        args = dict(self.policy_args)
+        if self.config.policy_loss_fn == "mix":
+            args |= self._mix_weights(batch, loss_scale)
+        loss, metrics = self.policy_loss_fn(batch, logprob, **args)
+        kl_term, kl_metrics = self.kl_loss.loss(logprob, batch.ref_logprob, batch.action_mask, self.loss_agg_mode)
+        ent_term, ent_metrics = self.entropy_fn(batch, entropy, **self.entropy_args)
+        total = loss + kl_term - ent_term
+        metrics = {**metrics, **kl_metrics, **ent_metrics}
+        if self.use_critic:
+            if values is None or batch.values is None or batch.returns is None:
+                raise InvalidArgument("use_critic: pass current values and set batch.values / batch.returns", field="values")
+            vf_loss, vf_metrics = clipped_value_loss(
+                values, batch.returns, batch.values, batch.action_mask,
+                cliprange_value=self.value_args["cliprange_value"], loss_agg_mode=self.loss_agg_mode,
+            )
+            total = total + self.value_args["value_loss_coef"] * vf_loss
+            metrics |= vf_metrics
+        return total * loss_scale, metrics
+
+    def _mix_weights(self, batch: TrainBatch, loss_scale: float) -> dict[str, float]:
+        """usual_weight = (n_usual_mb / N_usual) / loss_scale, so after * loss_scale each side is a mean over its rows."""
+        if self._mix_counts is None or loss_scale <= 0 or batch.is_expert is None:
+            return {}
+        n_usual, n_expert = self._mix_counts
+        expert = batch.is_expert.bool()
+        mb_expert = int(expert.sum().item())
+        mb_usual = len(batch) - mb_expert
+        return {
+            "usual_weight": (mb_usual / n_usual) / loss_scale if n_usual else 0.0,
+            "expert_weight": (mb_expert / n_expert) / loss_scale if n_expert else 0.0,
+        }
+
+
+def build_algorithm(cfg: Any) -> Algorithm:
+    """AlgorithmConfig -> Algorithm. Parts left None come from the algorithm_type preset."""
+    return CompositeAlgorithm(presets.resolve(cfg))

@@ -1,0 +1,36 @@
+"""Entropy bonus: the loop subtracts entropy_coef * aggregate(entropy) from the loss.
+
+    default: term = entropy_coef * aggregate(H, mask, loss_agg_mode)     (Trinity default entropy_coef 0.0)
+    mix:     same, over the non-expert rows only (expert rows are SFT targets, not explored)
+    none:    0
+Metric: entropy_loss (the aggregated entropy, unscaled). Entropy regularisation: Williams & Peng 1991;
+Mnih et al. A3C (arXiv:1602.01783).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from services.trainer.algorithms.masked import aggregate_loss
+
+
+def default(batch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean") -> tuple[Tensor | float, dict[str, float]]:  # noqa: ANN001
+    """Returns (entropy_coef * aggregated entropy, metrics). Subtract it from the loss."""
+    if entropy is None:
+        return 0.0, {}
+    value = aggregate_loss(entropy, batch.action_mask, loss_agg_mode)
+    return value * entropy_coef, {"entropy_loss": value.item()}
+
+
+def mix(batch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean") -> tuple[Tensor | float, dict[str, float]]:  # noqa: ANN001
+    if entropy is None or batch.is_expert is None:
+        return default(batch, entropy, entropy_coef=entropy_coef, loss_agg_mode=loss_agg_mode)
+    usual = ~batch.is_expert.bool()
+    if not usual.any():
+        return 0.0, {}
+    value = aggregate_loss(entropy[usual], batch.action_mask[usual], loss_agg_mode)
+    return value * entropy_coef, {"entropy_loss": value.item()}
+
+
+def none(batch, entropy: Tensor | None) -> tuple[float, dict[str, float]]:  # noqa: ANN001
+    return 0.0, {}

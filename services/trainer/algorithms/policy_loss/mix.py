@@ -1,0 +1,82 @@
+"""MIX: PPO/GRPO on the explorer's rows plus SFT on expert rows, in one loss.
+
+    loss = (1 - mu) * w_u * PPO(usual rows) + mu * w_e * SFT(expert rows)
+
+w_u = n_usual_in_micro_batch / N_usual_in_batch (and w_e likewise), so that summed over the
+micro-batches each term is a proper mean over its own rows whatever the mix inside a micro-batch
+(Trinity-RFT's per_micro_batch_weight_* with its read_batch_size_usual/expert). The caller passes
+w_u, w_e already divided by the loop's loss_scale. SFT on expert rows uses the sequence mean
+(use_token_level_loss_in_sft False, Trinity's default).
+
+Metrics: usual/<ppo metrics>, expert/sft_loss, loss. Paper: Trinity-RFT's MIX (SFT + RL,
+arXiv:2505.17826; cf. LUFFY arXiv:2504.14945). Defaults mu 0.1, clip_range 0.2.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from services.common.errors import InvalidArgument
+from services.trainer.algorithms.policy_loss.ppo import ppo_policy_loss, resolve_clip
+from services.trainer.algorithms.policy_loss.sft import sft_loss
+
+
+def mix_policy_loss(
+    logprob: Tensor,  # [B, T]
+    old_logprob: Tensor,  # [B, T]
+    action_mask: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    is_expert: Tensor,  # [B] bool
+    *,
+    mu: float = 0.1,
+    usual_weight: float = 1.0,
+    expert_weight: float = 1.0,
+    clip_range_low: float = 0.2,
+    clip_range_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    use_token_level_loss_in_sft: bool = False,
+) -> tuple[Tensor, dict[str, float]]:
+    usual = ~is_expert
+    metrics: dict[str, float] = {}
+    zero = logprob.sum() * 0.0  # keeps the graph alive when one side is empty
+    rl = zero
+    if usual.any():
+        rl, rl_metrics = ppo_policy_loss(
+            logprob[usual], old_logprob[usual], action_mask[usual], advantages[usual],
+            clip_range_low=clip_range_low, clip_range_high=clip_range_high,
+            clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+        )
+        metrics |= {f"usual/{k}": v for k, v in rl_metrics.items()}
+    sft = zero
+    if is_expert.any():
+        sft, sft_metrics = sft_loss(logprob[is_expert], action_mask[is_expert], use_token_level_loss=use_token_level_loss_in_sft)
+        metrics |= {f"expert/{k}": v for k, v in sft_metrics.items()}
+    loss = (1 - mu) * rl * usual_weight + mu * sft * expert_weight
+    metrics["loss"] = loss.item()
+    return loss, metrics
+
+
+def mix(
+    batch,  # noqa: ANN001
+    logprob: Tensor,
+    *,
+    mu: float = 0.1,
+    clip_range: float | None = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    use_token_level_loss_in_sft: bool = False,
+    usual_weight: float = 1.0,
+    expert_weight: float = 1.0,
+) -> tuple[Tensor, dict[str, float]]:
+    if batch.is_expert is None:
+        raise InvalidArgument("policy_loss_fn 'mix' needs batch.is_expert (use sample_strategy 'mix')", field="batch.is_expert")
+    low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
+    return mix_policy_loss(
+        logprob, batch.old_logprob, batch.action_mask, batch.advantages, batch.is_expert.to(torch.bool),
+        mu=mu, usual_weight=usual_weight, expert_weight=expert_weight, clip_range_low=low, clip_range_high=high,
+        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, use_token_level_loss_in_sft=use_token_level_loss_in_sft,
+    )

@@ -1,0 +1,82 @@
+"""PPO clipped surrogate with asymmetric clip range and dual-clip.
+
+    ratio  = exp(clamp(logprob - old_logprob, -20, 20))
+    L1     = -A * ratio
+    L2     = -A * clamp(ratio, 1 - clip_range_low, 1 + clip_range_high)
+    Lclip  = max(L1, L2)
+    L3     = -A * clip_ratio_c                              (dual-clip, only where A < 0)
+    loss_t = min(Lclip, L3) if A < 0 else Lclip
+    pg_loss = aggregate(loss_t, mask, loss_agg_mode)
+
+Metrics (Trinity-RFT names): pg_loss; pg_clipfrac = share of tokens where L2 > L1; pg_clipfrac_lower
+= share where the dual clip bites (A < 0 and Lclip > L3); ppo_kl = mean(old_logprob - logprob).
+Papers: Schulman et al. PPO (arXiv:1707.06347); dual-clip: Ye et al. (arXiv:1912.09729); clip-higher:
+DAPO (arXiv:2503.14476). Defaults as Trinity-RFT: clip_range 0.2, clip_ratio_c 3.0, token-mean.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from services.common.errors import InvalidArgument
+from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+
+
+def resolve_clip(clip_range: float | None, clip_range_low: float | None, clip_range_high: float | None, key: str) -> tuple[float, float]:
+    """clip_range_low/high default to clip_range; one of them must end up set."""
+    low = clip_range if clip_range_low is None else clip_range_low
+    high = clip_range if clip_range_high is None else clip_range_high
+    if low is None or high is None:
+        raise InvalidArgument("set clip_range or both clip_range_low and clip_range_high", field=key)
+    return float(low), float(high)
+
+
+def ppo_policy_loss(
+    logprob: Tensor,  # [B, T] current policy, carries grad
+    old_logprob: Tensor,  # [B, T] behaviour policy
+    action_mask: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    *,
+    clip_range_low: float = 0.2,
+    clip_range_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, float]]:
+    if clip_ratio_c <= 1.0:
+        raise InvalidArgument(f"clip_ratio_c must be > 1, got {clip_ratio_c}", field="algorithm.policy_loss_fn_args.clip_ratio_c")
+    log_ratio = torch.clamp(logprob - old_logprob, min=-20.0, max=20.0)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, action_mask)
+    loss1 = -advantages * ratio
+    loss2 = -advantages * torch.clamp(ratio, 1.0 - clip_range_low, 1.0 + clip_range_high)
+    clipped = torch.maximum(loss1, loss2)
+    clipfrac = masked_mean(torch.gt(loss2, loss1).float(), action_mask)
+    loss3 = -advantages * clip_ratio_c
+    negative = advantages < 0
+    clipfrac_lower = masked_mean((torch.gt(clipped, loss3) & negative).float(), action_mask)
+    per_token = torch.where(negative, torch.minimum(clipped, loss3), clipped)
+    pg_loss = aggregate_loss(per_token, action_mask, loss_agg_mode)
+    return pg_loss, {
+        "pg_loss": pg_loss.item(),
+        "pg_clipfrac": clipfrac.item(),
+        "pg_clipfrac_lower": clipfrac_lower.item(),
+        "ppo_kl": ppo_kl.item(),
+    }
+
+
+def ppo(
+    batch,  # noqa: ANN001
+    logprob: Tensor,
+    *,
+    clip_range: float | None = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, dict[str, float]]:
+    low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
+    return ppo_policy_loss(
+        logprob, batch.old_logprob, batch.action_mask, batch.advantages,
+        clip_range_low=low, clip_range_high=high, clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+    )
