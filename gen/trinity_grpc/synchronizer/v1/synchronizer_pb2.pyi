@@ -563,6 +563,7 @@ class JoinWeightGroupRequest(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     MASTER_ADDRESS_FIELD_NUMBER: _builtins.int
     MASTER_PORT_FIELD_NUMBER: _builtins.int
+    BACKEND_FIELD_NUMBER: _builtins.int
     member_id: _builtins.str
     """Member joining."""
     version: _builtins.int
@@ -571,6 +572,8 @@ class JoinWeightGroupRequest(_message.Message):
     """Rank 0 only: address of the store it listens on (reachable by the other members)."""
     master_port: _builtins.int
     """Rank 0 only: port of that store."""
+    backend: _builtins.str
+    """Rank 0 only: "nccl" (weights on GPU) or "gloo" (CPU)."""
     def __init__(
         self,
         *,
@@ -578,10 +581,11 @@ class JoinWeightGroupRequest(_message.Message):
         version: _builtins.int = ...,
         master_address: _builtins.str = ...,
         master_port: _builtins.int = ...,
+        backend: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["master_address", b"master_address", "master_port", b"master_port", "member_id", b"member_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "master_address", b"master_address", "master_port", b"master_port", "member_id", b"member_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
