@@ -76,7 +76,7 @@ async def run_fixed(plan: P.Plan, explorer_steps: int, trainer_steps: int, metho
                 if method == "nccl":
                     assignment = await sync.join_weight_group("trainer", t, "127.0.0.1", 1234, "gloo")
                     await sync.report_sync("trainer", t, True)
-                    while assignment.group.state == "open":  # the broadcast waits for every rank
+                    while t < trainer_steps and assignment.group.state == "open":  # the broadcast waits for all
                         await asyncio.sleep(0.005)
 
     async def explorer() -> None:
