@@ -247,7 +247,7 @@ class TrainEngine:
             train.values = self.values_of(batch)
             timings["time/values"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        adv_metrics = self.algorithm.compute_advantages(train) if train.advantages is None else {}
+        adv_metrics = self.algorithm.compute_advantages(train)  # keeps producer-given advantages
         timings["time/advantage"] = time.perf_counter() - t0
         return {**adv_metrics, **timings}
 

@@ -1,0 +1,76 @@
+"""Build the engine from the config: models, algorithm, optimizer — resumed from the latest checkpoint.
+
+Resume rule: when `continue_from_checkpoint` is true and <run_dir>/checkpoints/full holds a complete
+checkpoint, the policy weights come from its model/ directory and the optimizer, schedule, critic,
+step, RNG and data cursor from its state files; the reference model is always the initial model
+(model.model_path), as KL is measured against where training started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.common.config.schema import TrinityConfig
+from services.common.logging import get_logger
+from services.trainer.checkpoint import (
+    TrainerState,
+    full_checkpoint_root,
+    latest_checkpoint,
+    load_engine_state,
+    load_trainer_state,
+    model_dir,
+)
+
+log = get_logger("trainer")
+
+
+@dataclass
+class Built:
+    engine: Any  # TrainEngine
+    tokenizer: Any
+    state: TrainerState | None  # None: a fresh start
+    resumed_from: str = ""
+
+
+def pick_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def train_dtype(cfg: TrinityConfig) -> str:
+    """Weights the optimizer updates: float32 unless the user pinned a dtype (bf16 autocast does the rest)."""
+    return "float32" if cfg.model.dtype == "auto" else cfg.model.dtype
+
+
+def build_engine(cfg: TrinityConfig, *, device: str | None = None) -> Built:
+    import torch
+
+    from services.models.loading import load_causal_lm, load_tokenizer
+    from services.trainer.algorithms import build_algorithm
+    from services.trainer.engine import EngineSettings, TrainEngine, ValueModel
+
+    device = device or pick_device()
+    algorithm = build_algorithm(cfg.algorithm)
+    settings = EngineSettings.from_config(cfg)
+    latest = latest_checkpoint(full_checkpoint_root(cfg.run_dir)) if cfg.continue_from_checkpoint else None
+    policy_path = str(model_dir(latest[1])) if latest else cfg.model.model_path
+    dtype = train_dtype(cfg)
+    torch.manual_seed(cfg.model.seed)
+    model = load_causal_lm(policy_path, dtype=dtype, device=device, seed=cfg.model.seed)
+    tokenizer = load_tokenizer(cfg.model.model_path, cfg.model.tokenizer_path)
+    ref_model = None
+    if algorithm.use_reference:
+        ref_model = load_causal_lm(cfg.model.model_path, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed)
+        ref_model.requires_grad_(False)
+    critic = None
+    if algorithm.use_critic:
+        critic = ValueModel(load_causal_lm(cfg.model.effective_critic_path, dtype=dtype, device=device, seed=cfg.model.seed))
+    engine = TrainEngine(model, algorithm, settings, ref_model=ref_model, critic=critic, device=device)
+    state = None
+    if latest:
+        engine.load_state_dict(load_engine_state(latest[1], map_location=device))
+        state = load_trainer_state(latest[1])
+        log.info("resumed", step=state.step, path=str(latest[1]), samples=state.cursor.samples)
+    return Built(engine, tokenizer, state, str(latest[1]) if latest else "")

@@ -1,0 +1,314 @@
+"""The trainer's run loop: read leased batches → train → ack → publish → save. gRPC-free.
+
+Ordering is the crash-safety contract:
+  1. the rows of a step are read under leases (never acked before training);
+  2. the optimizer step is applied;
+  3. the leases are acked — from now on the buffer never hands those rows out again;
+  4. the new weights are published when the sync plan says so;
+  5. every `save_interval` steps (and at the end) a full checkpoint is written atomically.
+A SIGKILL between 2 and 3 makes the buffer re-deliver the rows after their lease expires (they were
+never acked, and the weights that saw them were never saved). A SIGKILL after 3 loses the optimizer
+steps since the last checkpoint, but never re-trains acked rows: the restarted trainer resumes the
+weights, optimizer, schedule and step of the latest checkpoint and reads on from the buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.common.config.schema import TrinityConfig
+from services.common.experience import Experience
+from services.common.logging import get_logger
+from services.common.monitor import Monitor, NullMonitor
+from services.trainer.algorithms.api import ReadRequest
+from services.trainer.batching import build_batch
+from services.trainer.checkpoint import DataCursor, TrainerState, full_checkpoint_root, save_checkpoint
+from services.trainer.engine import TrainEngine
+
+log = get_logger("trainer")
+
+
+class LeasedRead(Protocol):
+    """What a buffer read returns (BufferClient's ReadResult has these attributes)."""
+
+    lease_id: str
+    experiences: list[Experience]
+    end_of_data: bool
+
+
+class ExperienceSource(Protocol):
+    """The buffer as the trainer sees it (services.buffer.client.BufferClient fits)."""
+
+    async def read(
+        self, buffer: str, batch_size: int, *, max_wait_s: float, lease_s: float, min_model_version: int = 0,
+        reader_id: str = "",
+    ) -> LeasedRead: ...
+
+    async def ack(self, lease_id: str) -> Any: ...
+
+    async def nack(self, lease_id: str) -> Any: ...
+
+
+class WeightSink(Protocol):
+    """Where new versions go (the synchronizer's publisher, or nothing in train-only runs)."""
+
+    async def begin_step(self, step: int) -> None:
+        """Called before step `step` reads data; may wait until the sync plan lets it run."""
+
+    async def end_step(self, step: int, model: Any) -> bool:
+        """Called after step `step` was applied and acked; publishes when due, True if it did."""
+
+    async def close(self) -> None: ...
+
+
+class NullSink:
+    """No synchronizer (mode train, SFT): versions are only the checkpoints."""
+
+    async def begin_step(self, step: int) -> None:
+        return None
+
+    async def end_step(self, step: int, model: Any) -> bool:
+        return False
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class Collected:
+    """The rows of one step and the leases that hold them."""
+
+    experiences: list[Experience] = field(default_factory=list)
+    is_expert: list[bool] = field(default_factory=list)
+    leases: list[str] = field(default_factory=list)
+    per_buffer: dict[str, int] = field(default_factory=dict)
+    end_of_data: bool = False
+
+
+@dataclass
+class Status:
+    """What GetInfo reports."""
+
+    state: str = "starting"
+    step: int = 0
+    model_version: int = 0
+    loss: float = float("nan")
+    tokens_per_s: float = 0.0
+    last_checkpoint: str = ""
+
+
+class TrainerLoop:
+    """See the module docstring. `run()` returns when total_steps are done or the data ended."""
+
+    def __init__(
+        self,
+        cfg: TrinityConfig,
+        engine: TrainEngine,
+        tokenizer: Any,
+        source: ExperienceSource,
+        *,
+        sink: WeightSink | None = None,
+        monitor: Monitor | None = None,
+        state: TrainerState | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.source = source
+        self.sink = sink or NullSink()
+        self.monitor = monitor or NullMonitor()
+        self.cursor = state.cursor if state else DataCursor()
+        self.status = Status(step=engine.step, model_version=state.model_version if state else 0)
+        self.checkpoint_root = full_checkpoint_root(cfg.run_dir)
+        self.progress_path = os.path.join(cfg.run_dir, "trainer", "progress.jsonl")
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()  # one of: a training step, a checkpoint save
+        self._saved_step = engine.step if state else -1
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self._pad_id = int(pad) if pad is not None else 0
+
+    # ---- control --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the step in progress (or abandon a read), save, and return from run()."""
+        self._stop.set()
+
+    @property
+    def total_steps(self) -> int | None:
+        return self.cfg.trainer.total_steps or self.cfg.buffer.total_steps
+
+    def _finished(self) -> bool:
+        return self._stop.is_set() or (self.total_steps is not None and self.engine.step >= self.total_steps)
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        log.info("trainer_started", step=self.engine.step, total_steps=self.total_steps,
+                 algorithm=self.engine.algorithm.name)
+        try:
+            while not self._finished():
+                step = self.engine.step + 1
+                await self.sink.begin_step(step)
+                t_read = time.perf_counter()
+                self.status.state = "reading"
+                got = await self._collect(step)
+                if got is None:
+                    break
+                read_s = time.perf_counter() - t_read
+                if not got.experiences:
+                    log.info("end_of_data", step=self.engine.step)
+                    break
+                await self._train(step, got, read_s)
+                if got.end_of_data:
+                    break
+        finally:
+            self.status.state = "saving"
+            if self.engine.step > max(self._saved_step, 0):
+                await self.save()
+            await self.sink.close()
+            self.monitor.close()
+            self.status.state = "done"
+        log.info("trainer_done", step=self.engine.step, samples=self.cursor.samples)
+
+    async def _train(self, step: int, got: Collected, read_s: float) -> None:
+        async with self._lock:
+            self.status.state = "training"
+            batch = build_batch(got.experiences, pad_token_id=self._pad_id, is_expert=got.is_expert,
+                                max_length=self.cfg.model.max_model_len)
+            version_before = self.engine.step
+            t0 = time.perf_counter()
+            metrics = await asyncio.to_thread(self.engine.train_step, batch)
+            train_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            for lease in got.leases:
+                await self.source.ack(lease)
+            metrics["time/ack"] = time.perf_counter() - t1
+            self._advance_cursor(got, metrics)
+            t2 = time.perf_counter()
+            published = await self.sink.end_step(step, self.engine.model)
+            if published:
+                self.status.model_version = step
+            metrics["time/publish"] = time.perf_counter() - t2
+            metrics["time/read"] = read_s
+            metrics["perf/tokens_per_s"] = metrics["batch/tokens"] / max(train_s, 1e-9)
+            versions = [e.model_version for e in got.experiences]
+            metrics["staleness/mean"] = version_before - sum(versions) / len(versions)
+            metrics["staleness/max"] = float(version_before - min(versions))
+            self._report(step, metrics, got)
+            if step % self.cfg.trainer.save_interval == 0:
+                await self._save_locked()
+
+    async def _collect(self, step: int) -> Collected | None:
+        """Read every request of the sample strategy's plan; None when asked to stop meanwhile."""
+        plan = self.engine.algorithm.sample_strategy.plan(
+            train_batch_size=self.cfg.train_batch_size, model_version=self.engine.step
+        )
+        got = Collected()
+        for request in plan:
+            if not await self._read_request(request, got):
+                for lease in got.leases:
+                    await self.source.nack(lease)
+                return None
+        return got
+
+    def _buffer_name(self, request: ReadRequest) -> str:
+        trainer_input = self.cfg.buffer.trainer_input
+        if request.source == "experience":
+            return trainer_input.experience_buffer.name or "experience_buffer"
+        aux = trainer_input.auxiliary_buffers.get(request.buffer_name)
+        return (aux.name or request.buffer_name) if aux else request.buffer_name
+
+    async def _read_request(self, request: ReadRequest, got: Collected) -> bool:
+        """Read until `request.batch_size` rows are held or the buffer ends; False if stopped."""
+        buffer = self._buffer_name(request)
+        wanted = request.batch_size
+        have = 0
+        while have < wanted:
+            read = asyncio.ensure_future(self.source.read(
+                buffer, wanted - have, max_wait_s=self.cfg.trainer.read_timeout_s, lease_s=self.cfg.buffer.lease_s,
+                min_model_version=request.min_model_version, reader_id=self.cfg.trainer.name,
+            ))
+            stop = asyncio.ensure_future(self._stop.wait())
+            await asyncio.wait({read, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not read.done():
+                read.cancel()
+                return False
+            result = read.result()
+            if result.lease_id and result.experiences:
+                got.leases.append(result.lease_id)
+            got.experiences.extend(result.experiences)
+            got.is_expert.extend([request.is_expert] * len(result.experiences))
+            have += len(result.experiences)
+            got.per_buffer[buffer] = got.per_buffer.get(buffer, 0) + len(result.experiences)
+            if result.end_of_data:
+                got.end_of_data = True
+                return True
+            if have < wanted:
+                self.status.state = "waiting_for_data"
+                log.info("waiting_for_data", buffer=buffer, have=have, wanted=wanted, step=self.engine.step + 1)
+        return True
+
+    # ---- bookkeeping ----------------------------------------------------------------------------
+
+    def _advance_cursor(self, got: Collected, metrics: dict[str, float]) -> None:
+        self.cursor.batches += 1
+        self.cursor.samples += len(got.experiences)
+        self.cursor.tokens += int(metrics.get("batch/tokens", 0))
+        for name, n in got.per_buffer.items():
+            self.cursor.per_buffer[name] = self.cursor.per_buffer.get(name, 0) + n
+
+    def _report(self, step: int, metrics: dict[str, float], got: Collected) -> None:
+        self.status.step = step
+        self.status.loss = metrics.get("actor/loss", float("nan"))
+        self.status.tokens_per_s = metrics["perf/tokens_per_s"]
+        self.monitor.log(metrics, step)
+        log.info(
+            "train_step", step=step, loss=round(self.status.loss, 6),
+            reward=round(metrics.get("critic/rewards/mean", 0.0), 4),
+            tokens_per_s=round(metrics["perf/tokens_per_s"], 1), grad_norm=round(metrics["actor/grad_norm"], 4),
+            lr=metrics["actor/lr"], staleness=metrics["staleness/mean"], rows=len(got.experiences),
+        )
+        record = {"step": step, "time": time.time(), "metrics": metrics,
+                  "rows": [experience_key(e) for e in got.experiences]}
+        os.makedirs(os.path.dirname(self.progress_path), exist_ok=True)
+        with open(self.progress_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+
+    async def save(self) -> tuple[str, int]:
+        """Save a full checkpoint of the current step (waits for a step in progress to finish)."""
+        async with self._lock:
+            return await self._save_locked()
+
+    async def _save_locked(self) -> tuple[str, int]:
+        state = TrainerState(step=self.engine.step, model_version=self.status.model_version, cursor=self.cursor)
+        path = await asyncio.to_thread(
+            save_checkpoint, self.checkpoint_root, state, model=self.engine.model, tokenizer=self.tokenizer,
+            engine_state=self.engine.state_dict(), keep=self.cfg.trainer.max_checkpoints_to_keep,
+        )
+        self._saved_step = self.engine.step
+        self.status.last_checkpoint = str(path)
+        log.info("checkpoint_saved", step=self.engine.step, path=str(path))
+        return str(path), self.engine.step
+
+
+def experience_key(exp: Experience) -> str:
+    """A short id of an experience for progress records: task_id/run_id (+ batch_id)."""
+    return f"{exp.batch_id}/{exp.task_id}/{exp.run_id}"
+
+
+def rows_of(progress_lines: Sequence[str]) -> list[str]:
+    """Every experience key recorded in progress.jsonl lines (tests and audits)."""
+    keys: list[str] = []
+    for line in progress_lines:
+        if line.strip():
+            keys.extend(json.loads(line)["rows"])
+    return keys

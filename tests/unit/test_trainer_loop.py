@@ -1,0 +1,137 @@
+"""The run loop against an in-memory leasing buffer: ordering, checkpoints, resume, end of data, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from dataclasses import dataclass, field
+
+import pytest
+
+from services.common.config.schema import TrinityConfig
+from services.common.experience import Experience
+from services.trainer.build import build_engine
+from services.trainer.checkpoint import full_checkpoint_root, list_checkpoints
+from services.trainer.service import TrainerLoop, rows_of
+from tests.unit.trainer_fakes import experience
+
+
+@dataclass
+class FakeRead:
+    lease_id: str
+    experiences: list[Experience]
+    end_of_data: bool = False
+
+
+@dataclass
+class FakeBuffer:
+    """FIFO with leases: read moves rows to a lease, ack forgets them, nack puts them back in front."""
+
+    rows: list[Experience] = field(default_factory=list)
+    leased: dict[str, list[Experience]] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    async def read(self, buffer, batch_size, *, max_wait_s, lease_s, min_model_version=0, reader_id=""):
+        for _ in range(20):
+            if self.rows or self.closed:
+                break
+            await asyncio.sleep(0.01)
+        take, self.rows = self.rows[:batch_size], self.rows[batch_size:]
+        lease = f"L{len(self.events)}"
+        if take:
+            self.leased[lease] = take
+        self.events.append(f"read {lease} {len(take)}")
+        return FakeRead(lease if take else "", take, end_of_data=self.closed and not self.rows and not take)
+
+    async def ack(self, lease_id):
+        self.events.append(f"ack {lease_id}")
+        self.leased.pop(lease_id)
+
+    async def nack(self, lease_id):
+        self.events.append(f"nack {lease_id}")
+        self.rows = self.leased.pop(lease_id) + self.rows
+
+
+def _cfg(tmp_path: pathlib.Path, **trainer) -> TrinityConfig:
+    return TrinityConfig.model_validate({
+        "checkpoint_root_dir": str(tmp_path),
+        "mode": "train",
+        "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 3e-3}},
+        "buffer": {"batch_size": 4},
+        "trainer": {"micro_batch_size": 2, "save_interval": 2, **trainer},
+        "monitor": {"monitor_type": "none"},
+    })
+
+
+def _fixed_rows(n_batches: int, start: int = 0) -> list[Experience]:
+    """The same 4 (prompt, response) pairs in every batch, with distinct task ids."""
+    pairs = [("1+2=", "3"), ("2+2=", "4"), ("3+4=", "7"), ("9+9=", "18")]
+    return [experience(p, r, task_id=f"t{start + b}-{i}") for b in range(start, start + n_batches)
+            for i, (p, r) in enumerate(pairs)]
+
+
+async def _run(cfg: TrinityConfig, buffer: FakeBuffer) -> TrainerLoop:
+    built = build_engine(cfg, device="cpu")
+    loop = TrainerLoop(cfg, built.engine, built.tokenizer, buffer, state=built.state)
+    await loop.run()
+    return loop
+
+
+async def test_trains_acks_after_each_step_and_checkpoints(tmp_path: pathlib.Path) -> None:
+    cfg = _cfg(tmp_path, total_steps=3)
+    buffer = FakeBuffer(rows=_fixed_rows(5))
+    loop = await _run(cfg, buffer)
+    assert loop.engine.step == 3
+    assert buffer.events == ["read L0 4", "ack L0", "read L2 4", "ack L2", "read L4 4", "ack L4"]
+    assert len(buffer.rows) == 8 and not buffer.leased
+    # save_interval 2 -> step 2, plus the final step 3
+    assert [s for s, _ in list_checkpoints(full_checkpoint_root(cfg.run_dir))] == [2, 3]
+    lines = pathlib.Path(loop.progress_path).read_text().splitlines()
+    losses = [json.loads(x)["metrics"]["actor/loss"] for x in lines]
+    assert losses[-1] < losses[0]
+    assert rows_of(lines)[:4] == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]
+
+
+async def test_resume_gives_the_same_next_step_loss(tmp_path: pathlib.Path) -> None:
+    straight = _cfg(tmp_path / "a", total_steps=3, save_interval=2)
+    loop = await _run(straight, FakeBuffer(rows=_fixed_rows(3)))
+    expected = json.loads(pathlib.Path(loop.progress_path).read_text().splitlines()[2])["metrics"]
+
+    interrupted = _cfg(tmp_path / "b", total_steps=2, save_interval=2)
+    await _run(interrupted, FakeBuffer(rows=_fixed_rows(2)))
+    resumed_cfg = _cfg(tmp_path / "b", total_steps=3, save_interval=2)
+    resumed = await _run(resumed_cfg, FakeBuffer(rows=_fixed_rows(1, start=2)))
+    assert resumed.engine.step == 3
+    got = json.loads(pathlib.Path(resumed.progress_path).read_text().splitlines()[-1])["metrics"]
+    assert got["actor/loss"] == pytest.approx(expected["actor/loss"], rel=1e-6)
+    assert got["actor/lr"] == expected["actor/lr"]
+    assert resumed.cursor.samples == 12  # 8 before the restart + 4 after
+
+
+async def test_end_of_data_trains_the_partial_batch_and_stops(tmp_path: pathlib.Path) -> None:
+    cfg = _cfg(tmp_path)
+    buffer = FakeBuffer(rows=_fixed_rows(1) + _fixed_rows(1, start=1)[:2], closed=True)
+    loop = await _run(cfg, buffer)
+    assert loop.engine.step == 2
+    assert loop.status.state == "done"
+    assert [s for s, _ in list_checkpoints(full_checkpoint_root(cfg.run_dir))] == [2]
+
+
+async def test_stop_while_waiting_returns_leases_and_saves(tmp_path: pathlib.Path) -> None:
+    cfg = _cfg(tmp_path, total_steps=10)
+    buffer = FakeBuffer(rows=_fixed_rows(1) + _fixed_rows(1, start=1)[:2])  # 1.5 batches, never closed
+    built = build_engine(cfg, device="cpu")
+    loop = TrainerLoop(cfg, built.engine, built.tokenizer, buffer)
+    task = asyncio.create_task(loop.run())
+    for _ in range(500):
+        if loop.status.state == "waiting_for_data":
+            break
+        await asyncio.sleep(0.01)
+    loop.request_stop()
+    await asyncio.wait_for(task, 30)
+    assert loop.engine.step == 1
+    assert buffer.events[-1].startswith("nack")  # the half batch goes back unacked
+    assert len(buffer.rows) == 2 and not buffer.leased
+    assert [s for s, _ in list_checkpoints(full_checkpoint_root(cfg.run_dir))] == [1]
