@@ -1,0 +1,203 @@
+"""Taskset: tasks from a file, handed out in batches under a persisted per-reader cursor.
+
+Epochs: a training taskset drops the last partial batch of an epoch (every batch has exactly
+`batch_size` tasks); an eval taskset keeps it. The taskset ends after `total_epochs`, or after
+`total_steps` batches when that is set (then epochs repeat as needed). The cursor (epoch,
+offset in the epoch, batch index) is committed before the batch is returned, so a restarted
+explorer continues at the next unread batch.
+
+Selectors (Trinity's `task_selector.selector_type`):
+- sequential: file order every epoch;
+- shuffle: a permutation per epoch, seeded with seed + epoch (the same after a restart);
+- random: sampling with replacement, seeded with seed + batch_index;
+- difficulty_based: sampling without replacement with weight exp(-|pass_rate - target| / temperature)
+  from the pass rates reported by ReportTaskFeedback; tasks without feedback count as being at
+  the target, so unseen tasks are explored first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from services.buffer.storage import schema as s
+from services.buffer.storage.engine import Database
+from services.buffer.types import TaskBatch
+from services.common.errors import InvalidArgument
+from services.common.experience import Task
+
+
+@dataclass
+class Cursor:
+    epoch: int = 0
+    offset: int = 0
+    batch_index: int = 0
+    tasks_read: int = 0
+
+
+@dataclass
+class TasksetSettings:
+    """What a taskset needs beyond its rows; fallbacks already resolved by the core."""
+
+    workflow: str = ""
+    reward_fn: str = ""
+    format_args: dict[str, Any] = field(default_factory=dict)
+    rollout_args: dict[str, Any] = field(default_factory=dict)
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    is_eval: bool = False
+    repeat_times: int = 1
+    total_epochs: int = 1
+    total_steps: int | None = None
+    selector: str = "sequential"
+    seed: int = 42
+    target_pass_rate: float = 0.5
+    temperature: float = 1.0
+
+
+class TasksetBuffer:
+    kind = "taskset"
+
+    def __init__(
+        self, name: str, db: Database, rows: list[dict[str, Any]], settings: TasksetSettings
+    ) -> None:
+        if not rows:
+            raise InvalidArgument(f"taskset {name!r} has no rows", field="path")
+        self.name = name
+        self.db = db
+        self.rows = rows
+        self.cfg = settings
+        self.task_ids = [str(r.get("task_id", r.get("id", i))) for i, r in enumerate(rows)]
+        self.index_of = {tid: i for i, tid in enumerate(self.task_ids)}
+        self.cursors: dict[str, Cursor] = {}
+        self.pass_rates: dict[int, float] = {}
+        self._lock = asyncio.Lock()  # one batch at a time, so two calls never get the same batch
+
+    async def load(self) -> None:
+        async def q(conn: AsyncConnection) -> tuple[dict[str, Cursor], dict[str, float]]:
+            cur = {
+                r.reader_id: Cursor(r.epoch, r.offset, r.batch_index, r.tasks_read)
+                for r in (await conn.execute(select(s.cursors))).all()
+            }
+            fb = {r.task_id: r.pass_rate for r in (await conn.execute(select(s.feedback))).all()}
+            return cur, fb
+
+        self.cursors, fb = await self.db.read(q)
+        self.pass_rates = {self.index_of[t]: rate for t, rate in fb.items() if t in self.index_of}
+
+    # ---- order ---------------------------------------------------------------------------
+    def _indices(self, epoch: int, offset: int, size: int, batch_index: int) -> list[int]:
+        n, kind = len(self.rows), self.cfg.selector
+        if kind == "sequential":
+            return list(range(offset, min(offset + size, n)))
+        if kind == "shuffle":
+            return [
+                int(i)
+                for i in np.random.default_rng(self.cfg.seed + epoch).permutation(n)[offset : offset + size]
+            ]
+        size = min(size, n - offset)
+        rng = np.random.default_rng(self.cfg.seed + batch_index)
+        if kind == "random":
+            return [int(i) for i in rng.integers(0, n, size)]
+        target, temp = self.cfg.target_pass_rate, self.cfg.temperature
+        weights = np.array([math.exp(-abs(self.pass_rates.get(i, target) - target) / temp) for i in range(n)])
+        return [int(i) for i in rng.choice(n, size=size, replace=False, p=weights / weights.sum())]
+
+    def _advance(self, cur: Cursor, size: int) -> tuple[Cursor, list[int]] | None:
+        """The cursor after the next batch and the batch's row indices; None at the end."""
+        n = len(self.rows)
+        nxt = Cursor(cur.epoch, cur.offset, cur.batch_index, cur.tasks_read)
+        if self.cfg.total_steps is not None and nxt.batch_index >= self.cfg.total_steps:
+            return None
+        if (not self.cfg.is_eval and nxt.offset + size > n) or nxt.offset >= n:
+            nxt.epoch, nxt.offset = nxt.epoch + 1, 0
+        if self.cfg.total_steps is None and nxt.epoch >= self.cfg.total_epochs:
+            return None
+        indices = self._indices(nxt.epoch, nxt.offset, size, nxt.batch_index)
+        nxt.offset += len(indices)
+        nxt.batch_index += 1
+        nxt.tasks_read += len(indices)
+        return nxt, indices
+
+    def _task(self, i: int) -> Task:
+        c = self.cfg
+        return Task(
+            workflow=c.workflow,
+            reward_fn=c.reward_fn,
+            raw_task=self.rows[i],
+            format_args=c.format_args,
+            rollout_args=c.rollout_args,
+            workflow_args=c.workflow_args,
+            is_eval=c.is_eval,
+            task_id=self.task_ids[i],
+            index=i,
+            taskset=self.name,
+            repeat_times=c.repeat_times,
+        )
+
+    # ---- API -----------------------------------------------------------------------------
+    async def read_tasks(self, batch_size: int, *, reader_id: str = "", rewind: bool = False) -> TaskBatch:
+        if not self.cfg.is_eval and batch_size > len(self.rows):
+            raise InvalidArgument(
+                f"batch_size {batch_size} exceeds the {len(self.rows)} tasks of training taskset {self.name!r} "
+                "(the last partial batch of an epoch is dropped, so no batch could ever be full)",
+                field="batch_size",
+            )
+        async with self._lock:
+            return await self._read_locked(batch_size, reader_id, rewind)
+
+    async def _read_locked(self, batch_size: int, reader_id: str, rewind: bool) -> TaskBatch:
+        cur = Cursor() if rewind else self.cursors.get(reader_id, Cursor())
+        step = self._advance(cur, batch_size)
+        if step is None:
+            return TaskBatch([], cur.epoch, cur.batch_index, True)
+        nxt, indices = step
+
+        async def op(conn: AsyncConnection) -> None:
+            values = dict(
+                epoch=nxt.epoch, offset=nxt.offset, batch_index=nxt.batch_index, tasks_read=nxt.tasks_read
+            )
+            stmt = sqlite_insert(s.cursors).values(reader_id=reader_id, **values)
+            await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
+
+        await self.db.write(op, lambda _: self.cursors.__setitem__(reader_id, nxt))
+        return TaskBatch([self._task(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
+
+    async def report_feedback(self, feedback: list[tuple[str, float]]) -> None:
+        for k, (task_id, rate) in enumerate(feedback):
+            if task_id not in self.index_of:
+                raise InvalidArgument(
+                    f"task {task_id!r} is not in taskset {self.name!r}", field=f"feedback[{k}].task_id"
+                )
+            if not 0.0 <= rate <= 1.0:
+                raise InvalidArgument(
+                    f"pass_rate must be in [0, 1], got {rate}", field=f"feedback[{k}].pass_rate"
+                )
+
+        async def op(conn: AsyncConnection) -> None:
+            for task_id, rate in feedback:
+                stmt = sqlite_insert(s.feedback).values(task_id=task_id, pass_rate=rate, reports=1)
+                await conn.execute(
+                    stmt.on_conflict_do_update(
+                        index_elements=["task_id"],
+                        set_={"pass_rate": rate, "reports": s.feedback.c.reports + 1},
+                    )
+                )
+
+        def after(_: None) -> None:
+            for task_id, rate in feedback:
+                self.pass_rates[self.index_of[task_id]] = rate
+
+        await self.db.write(op, after)
+
+    def stats(self) -> dict[str, Any]:
+        read = sum(c.tasks_read for c in self.cursors.values())
+        ended = bool(self.cursors) and all(self._advance(c, 1) is None for c in self.cursors.values())
+        return dict(depth=len(self.rows), written=read, read=read, end_of_data=ended, checked_at=time.time())

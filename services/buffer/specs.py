@@ -1,0 +1,70 @@
+"""Which buffers the config declares, and the defaults they fall back to.
+
+- `buffer.explorer_input.taskset` -> taskset; `eval_tasksets` -> tasksets with is_eval;
+- `buffer.trainer_input.experience_buffer`: storage_type queue -> fifo (priority when
+  use_priority_queue), sql -> table, file -> table (Trinity's debug JSON file; a table keeps the
+  same data, re-readable);
+- `auxiliary_buffers` (and the legacy `sft_warmup_dataset`): file -> taskset, queue/sql as above.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from services.buffer.core import BufferSpec, Defaults
+from services.common.config.buffer import StorageConfig
+
+
+def data_dir(cfg: Any) -> str:
+    """cfg.buffer.data_dir, else <run dir>/buffer."""
+    return cfg.buffer.data_dir or os.path.join(cfg.run_dir, "buffer")
+
+
+def defaults_from_config(cfg: Any) -> Defaults:
+    b = cfg.buffer
+    ei = b.explorer_input
+    return Defaults(
+        lease_s=b.lease_s,
+        max_batch_items=b.max_batch_items,
+        total_epochs=b.total_epochs,
+        total_steps=b.total_steps,
+        workflow=b.default_workflow_type or ei.default_workflow_type or "",
+        reward_fn=b.default_reward_fn_type or ei.default_reward_fn_type or "",
+        repeat_times=cfg.algorithm.repeat_times,
+    )
+
+
+def spec_of(
+    st: StorageConfig, *, name: str | None = None, is_eval: bool = False, file_kind: str = "taskset"
+) -> BufferSpec:
+    if st.storage_type == "file":
+        kind = file_kind
+    elif st.storage_type == "sql":
+        kind = "table"
+    else:
+        kind = "priority" if st.use_priority_queue else "fifo"
+    options = st.model_dump(mode="json", exclude_defaults=True, exclude={"name"})
+    if is_eval:
+        options["is_eval"] = True
+    return BufferSpec(name or st.name, kind, options)
+
+
+def specs_from_config(cfg: Any) -> list[BufferSpec]:
+    b = cfg.buffer
+    specs: list[BufferSpec] = []
+    if b.explorer_input.taskset is not None:
+        specs.append(spec_of(b.explorer_input.taskset, name=b.explorer_input.taskset.name or "taskset"))
+    for i, ts in enumerate(b.explorer_input.eval_tasksets):
+        specs.append(spec_of(ts, name=ts.name or f"eval_taskset_{i}", is_eval=True))
+    ti = b.trainer_input
+    specs.append(
+        spec_of(
+            ti.experience_buffer, name=ti.experience_buffer.name or "experience_buffer", file_kind="table"
+        )
+    )
+    for key, aux in ti.auxiliary_buffers.items():
+        specs.append(spec_of(aux, name=aux.name or key))
+    if ti.sft_warmup_dataset is not None:
+        specs.append(spec_of(ti.sft_warmup_dataset, name=ti.sft_warmup_dataset.name or "sft_warmup_dataset"))
+    return specs

@@ -1,0 +1,90 @@
+"""Tables of a buffer's SQLite file (SQLAlchemy Core). Every buffer has its own file.
+
+Experience buffers keep each Experience as the protobuf bytes the writer sent (`payload`), plus
+the few columns that reads order and filter by, so a read never decodes or re-encodes an item.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Float, Index, Integer, LargeBinary, MetaData, String, Table, text
+
+metadata = MetaData()
+
+# Item states. READY includes priority items cooling down (ready_at in the future).
+READY, LEASED, DONE = 0, 1, 2
+
+items = Table(
+    "items",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),  # arrival order
+    Column("state", Integer, nullable=False, default=READY),
+    Column("model_version", Integer, nullable=False),
+    Column("priority", Float, nullable=False, default=0.0),
+    Column("use_count", Integer, nullable=False, default=0),
+    Column("ready_at", Float, nullable=False, default=0.0),  # unix s; cooldown end
+    Column("created_at", Float, nullable=False),  # unix s
+    Column("lease_id", String, nullable=True),
+    Column("lease_expires", Float, nullable=True),  # unix s
+    Column("payload", LargeBinary, nullable=False),  # serialized trinity_grpc.common.v1.Experience
+    sqlite_autoincrement=True,
+)
+# Partial indexes on ready rows: claims scan only what they can take (doubles claim rate here).
+Index("ix_items_ready_fifo", items.c.id, sqlite_where=text("state = 0"))
+Index("ix_items_ready_priority", items.c.priority.desc(), items.c.id, sqlite_where=text("state = 0"))
+Index("ix_items_lease", items.c.lease_id, sqlite_where=text("lease_id IS NOT NULL"))
+
+# Single row (id = 1) of lifetime counters, updated in the transaction that changes them.
+counters = Table(
+    "counters",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("written", Integer, nullable=False, default=0),
+    Column("read", Integer, nullable=False, default=0),
+    Column("acked", Integer, nullable=False, default=0),
+    Column("dropped", Integer, nullable=False, default=0),
+)
+
+# Idempotency keys of writes and what the first write did.
+write_keys = Table(
+    "write_keys",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("written", Integer, nullable=False),
+    Column("evicted", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+writers = Table(
+    "writers",
+    metadata,
+    Column("writer_id", String, primary_key=True),
+    Column("closed", Integer, nullable=False, default=0),
+)
+
+# The spec the buffer was created with (key "spec", JSON), so run-time buffers reopen on restart.
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String, primary_key=True),
+    Column("value", String, nullable=False),
+)
+
+# Taskset read cursors, one per reader.
+cursors = Table(
+    "cursors",
+    metadata,
+    Column("reader_id", String, primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("offset", Integer, nullable=False),  # tasks taken in this epoch
+    Column("batch_index", Integer, nullable=False),  # batches handed out since the start
+    Column("tasks_read", Integer, nullable=False),
+)
+
+# Pass rates reported for tasks (difficulty_based selector).
+feedback = Table(
+    "feedback",
+    metadata,
+    Column("task_id", String, primary_key=True),
+    Column("pass_rate", Float, nullable=False),
+    Column("reports", Integer, nullable=False),
+)
