@@ -3,13 +3,15 @@
 The loop (services/trainer/*.py) only touches what is defined here:
 
     algo = build_algorithm(cfg.algorithm)           # services.trainer.algorithms.build_algorithm
-    for req in algo.sample_strategy.plan(train_batch_size=N, model_version=v):
+    for req in algo.sample_strategy.plan(train_batch_size=N, model_version=v):   # step=v+1 by default
         rows += read(buffer_for(req.source), req.batch_size, min_model_version=req.min_model_version)
         # rows read for a request with req.is_expert=True get batch.is_expert = True
     batch = TrainBatch(...)                         # response-aligned, right-padded to T
     if algo.use_reference: batch.ref_logprob = ref_model(...)     # frozen copy of the initial model
     if algo.use_critic:    batch.values = critic(...)
     adv_metrics = algo.compute_advantages(batch)    # once per batch, before the micro-batches
+                                                    # (KL reward penalty; rows GRPO's std_threshold
+                                                    # drops get action_mask 0)
     for mb_idx in micro_batches:                    # ppo_epochs x micro-batches
         mb = batch.select(mb_idx)
         logprob, entropy = policy(mb)               # [b, T], grad flows through logprob
@@ -98,12 +100,15 @@ class SampleStrategy:
     """Decides which buffer(s) the loop reads for a step, and how many rows from each.
 
     `plan` is called once per training step with the configured train batch size and the model
-    version the trainer currently holds (= the number of the step about to run minus one).
+    version the trainer currently holds; `step` is the training step about to run (default
+    model_version + 1). Built-ins: default, staleness_control (min_model_version =
+    max(step - max_staleness, 0)), mix (expert rows, ceil(expert_data_ratio * N), from the auxiliary
+    buffer `sft_dataset_name`; the rest from the experience buffer). See sample_strategy.py.
     """
 
     name: str = "default"
 
-    def plan(self, *, train_batch_size: int, model_version: int) -> list[ReadRequest]:
+    def plan(self, *, train_batch_size: int, model_version: int, step: int | None = None) -> list[ReadRequest]:
         raise NotImplementedError
 
 
