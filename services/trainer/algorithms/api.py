@@ -28,6 +28,8 @@ from typing import Literal
 
 from torch import Tensor
 
+from services.common.errors import InvalidArgument
+
 Source = Literal["experience", "auxiliary"]
 
 
@@ -58,6 +60,15 @@ class TrainBatch:
     def __len__(self) -> int:
         return self.batch_size
 
+    def require(self, name: str) -> Tensor:
+        """The tensor field `name`, or InvalidArgument naming it when the producer left it unset."""
+        value = getattr(self, name)
+        if value is None:
+            raise InvalidArgument(
+                f"this algorithm needs batch.{name}, which is not set", field=f"batch.{name}"
+            )
+        return value
+
     def select(self, idx: Tensor) -> TrainBatch:
         """Rows `idx` (1-D long or bool tensor) of every tensor field; used for micro-batching.
 
@@ -67,7 +78,7 @@ class TrainBatch:
         for f in fields(self):
             value = getattr(self, f.name)
             picked[f.name] = value[idx] if value is not None else None
-        return replace(self, **picked)
+        return replace(self, **picked)  # type: ignore[arg-type]
 
     def to(self, device: object) -> TrainBatch:
         """Every tensor field moved to `device`."""
@@ -75,7 +86,7 @@ class TrainBatch:
         for f in fields(self):
             value = getattr(self, f.name)
             moved[f.name] = value.to(device) if value is not None else None
-        return replace(self, **moved)
+        return replace(self, **moved)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -108,7 +119,9 @@ class SampleStrategy:
 
     name: str = "default"
 
-    def plan(self, *, train_batch_size: int, model_version: int, step: int | None = None) -> list[ReadRequest]:
+    def plan(
+        self, *, train_batch_size: int, model_version: int, step: int | None = None
+    ) -> list[ReadRequest]:
         raise NotImplementedError
 
 

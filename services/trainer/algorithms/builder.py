@@ -35,7 +35,9 @@ def _kl_term(registry: Any, name: str, args: dict[str, Any] | None, key: str) ->
     args = dict(args or {})
     unknown = sorted(set(args) - _KL_ARGS)
     if unknown:
-        raise InvalidArgument(f"unknown argument(s) {unknown}; allowed: {sorted(_KL_ARGS)}", field=f"{key}_args")
+        raise InvalidArgument(
+            f"unknown argument(s) {unknown}; allowed: {sorted(_KL_ARGS)}", field=f"{key}_args"
+        )
     return KLTerm(name=name, estimator=registry.get(name), config_key=f"{key}_args", **args)
 
 
@@ -43,7 +45,11 @@ def last_token_scores(rewards: Tensor, action_mask: Tensor) -> Tensor:
     """rewards [B] placed on the last action token of each row -> [B, T] (Trinity's token_level_scores)."""
     scores = torch.zeros_like(action_mask, dtype=torch.float32)
     positions = torch.arange(action_mask.shape[-1], device=action_mask.device).expand_as(action_mask)
-    last = torch.where(action_mask > 0, positions, torch.full_like(positions, -1)).max(dim=-1).values.clamp(min=0)
+    last = (
+        torch.where(action_mask > 0, positions, torch.full_like(positions, -1))
+        .max(dim=-1)
+        .values.clamp(min=0)
+    )
     scores[torch.arange(action_mask.shape[0]), last] = rewards.to(torch.float32)
     return scores
 
@@ -64,11 +70,19 @@ class CompositeAlgorithm(Algorithm):
         check_args(self.policy_loss_fn, self.policy_args, "algorithm.policy_loss_fn_args", skip=2)
         # An explicit algorithm.loss_agg_mode applies to the policy loss too; otherwise the loss keeps
         # its own default (token-mean, GSPO seq-mean-token-mean).
-        if agg_is_explicit and "loss_agg_mode" not in self.policy_args and _accepts(self.policy_loss_fn, "loss_agg_mode"):
+        if (
+            agg_is_explicit
+            and "loss_agg_mode" not in self.policy_args
+            and _accepts(self.policy_loss_fn, "loss_agg_mode")
+        ):
             self.policy_args["loss_agg_mode"] = self.loss_agg_mode
         if "loss_agg_mode" in self.policy_args:
-            check_loss_agg_mode(self.policy_args["loss_agg_mode"], "algorithm.policy_loss_fn_args.loss_agg_mode")
-        self.kl_penalty = _kl_term(parts.KL_PENALTY_FN, cfg.kl_penalty_fn, cfg.kl_penalty_fn_args, "algorithm.kl_penalty_fn")
+            check_loss_agg_mode(
+                self.policy_args["loss_agg_mode"], "algorithm.policy_loss_fn_args.loss_agg_mode"
+            )
+        self.kl_penalty = _kl_term(
+            parts.KL_PENALTY_FN, cfg.kl_penalty_fn, cfg.kl_penalty_fn_args, "algorithm.kl_penalty_fn"
+        )
         self.kl_loss = _kl_term(parts.KL_LOSS_FN, cfg.kl_loss_fn, cfg.kl_loss_fn_args, "algorithm.kl_loss_fn")
         self.entropy_fn = parts.ENTROPY_LOSS_FN.get(cfg.entropy_loss_fn)
         self.entropy_args = dict(cfg.entropy_loss_fn_args or {})
@@ -82,10 +96,16 @@ class CompositeAlgorithm(Algorithm):
         self.value_args = {"cliprange_value": 0.5, "value_loss_coef": 1.0, **(cfg.value_loss_fn_args or {})}
         unknown = sorted(set(self.value_args) - _VALUE_ARGS)
         if unknown:
-            raise InvalidArgument(f"unknown argument(s) {unknown}; allowed: {sorted(_VALUE_ARGS)}", field="algorithm.value_loss_fn_args")
+            raise InvalidArgument(
+                f"unknown argument(s) {unknown}; allowed: {sorted(_VALUE_ARGS)}",
+                field="algorithm.value_loss_fn_args",
+            )
         self.use_critic = bool(cfg.use_critic)
         if cfg.advantage_fn == "ppo" and not self.use_critic:
-            raise InvalidArgument("advantage_fn 'ppo' (GAE) needs a critic; set algorithm.use_critic true", field="algorithm.use_critic")
+            raise InvalidArgument(
+                "advantage_fn 'ppo' (GAE) needs a critic; set algorithm.use_critic true",
+                field="algorithm.use_critic",
+            )
         self.use_reference = self.kl_penalty.active or self.kl_loss.active or cfg.policy_loss_fn == "dpo"
         self.needs_old_logprob = cfg.policy_loss_fn not in ("sft", "dpo")
         self._mix_counts: tuple[int, int] | None = None
@@ -97,10 +117,16 @@ class CompositeAlgorithm(Algorithm):
         scores = batch.token_level_rewards
         if scores is None:
             scores = last_token_scores(batch.rewards, batch.action_mask)
-        scores, kl_metrics = self.kl_penalty.apply_penalty(scores, batch.old_logprob, batch.ref_logprob, batch.action_mask)
+        scores, kl_metrics = self.kl_penalty.apply_penalty(
+            scores, batch.old_logprob, batch.ref_logprob, batch.action_mask
+        )
         metrics |= kl_metrics
         batch.token_level_rewards = scores
-        expert = batch.is_expert.bool() if batch.is_expert is not None else torch.zeros(len(batch), dtype=torch.bool)
+        expert = (
+            batch.is_expert.bool()
+            if batch.is_expert is not None
+            else torch.zeros(len(batch), dtype=torch.bool)
+        )
         self._mix_counts = (int((~expert).sum().item()), int(expert.sum().item()))
         if batch.advantages is not None:  # given by the producer (e.g. computed explorer-side)
             if batch.returns is None:
@@ -132,23 +158,33 @@ class CompositeAlgorithm(Algorithm):
         loss_scale: float = 1.0,
     ) -> tuple[Tensor, dict[str, float]]:
         if self.needs_old_logprob and batch.advantages is None:
-            raise InvalidArgument("call compute_advantages(batch) before compute_loss", field="batch.advantages")
+            raise InvalidArgument(
+                "call compute_advantages(batch) before compute_loss", field="batch.advantages"
+            )
         if batch.advantages is None:  # SFT / DPO: the losses ignore them, the adapters still read them
             batch.advantages = torch.zeros_like(logprob)
         args = dict(self.policy_args)
         if self.config.policy_loss_fn == "mix":
             args |= self._mix_weights(batch, loss_scale)
         loss, metrics = self.policy_loss_fn(batch, logprob, **args)
-        kl_term, kl_metrics = self.kl_loss.loss(logprob, batch.ref_logprob, batch.action_mask, self.loss_agg_mode)
+        kl_term, kl_metrics = self.kl_loss.loss(
+            logprob, batch.ref_logprob, batch.action_mask, self.loss_agg_mode
+        )
         ent_term, ent_metrics = self.entropy_fn(batch, entropy, **self.entropy_args)
         total = loss + kl_term - ent_term
         metrics = {**metrics, **kl_metrics, **ent_metrics}
         if self.use_critic:
             if values is None or batch.values is None or batch.returns is None:
-                raise InvalidArgument("use_critic: pass current values and set batch.values / batch.returns", field="values")
+                raise InvalidArgument(
+                    "use_critic: pass current values and set batch.values / batch.returns", field="values"
+                )
             vf_loss, vf_metrics = clipped_value_loss(
-                values, batch.returns, batch.values, batch.action_mask,
-                cliprange_value=self.value_args["cliprange_value"], loss_agg_mode=self.loss_agg_mode,
+                values,
+                batch.returns,
+                batch.values,
+                batch.action_mask,
+                cliprange_value=self.value_args["cliprange_value"],
+                loss_agg_mode=self.loss_agg_mode,
             )
             total = total + self.value_args["value_loss_coef"] * vf_loss
             metrics |= vf_metrics

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import aggregate_loss
 
 
-def default(batch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean") -> tuple[Tensor | float, dict[str, float]]:  # noqa: ANN001
+def default(
+    batch: TrainBatch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
+) -> tuple[Tensor | float, dict[str, float]]:
     """Returns (entropy_coef * aggregated entropy, metrics). Subtract it from the loss."""
     if entropy is None:
         return 0.0, {}
@@ -22,7 +25,9 @@ def default(batch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_ag
     return value * entropy_coef, {"entropy_loss": value.item()}
 
 
-def mix(batch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean") -> tuple[Tensor | float, dict[str, float]]:  # noqa: ANN001
+def mix(
+    batch: TrainBatch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
+) -> tuple[Tensor | float, dict[str, float]]:
     if entropy is None or batch.is_expert is None:
         return default(batch, entropy, entropy_coef=entropy_coef, loss_agg_mode=loss_agg_mode)
     usual = ~batch.is_expert.bool()
@@ -32,5 +37,5 @@ def mix(batch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mo
     return value * entropy_coef, {"entropy_loss": value.item()}
 
 
-def none(batch, entropy: Tensor | None) -> tuple[float, dict[str, float]]:  # noqa: ANN001
+def none(batch: TrainBatch, entropy: Tensor | None) -> tuple[float, dict[str, float]]:
     return 0.0, {}

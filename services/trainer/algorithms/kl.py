@@ -15,6 +15,7 @@ Coefficient: fixed kl_coef (Trinity default 0.001), or adaptive (Ziegler et al. 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +56,7 @@ class KLTerm:
     """One KL use (penalty or loss): the estimator, and a fixed or adaptive coefficient (state)."""
 
     name: str
-    estimator: object  # (logprob [B,T], ref_logprob [B,T]) -> kl [B,T]
+    estimator: Callable[[Tensor, Tensor], Tensor]  # (logprob [B,T], ref_logprob [B,T]) -> kl [B,T]
     kl_coef: float = 0.001
     adaptive: bool = False
     target_kl: float | None = None
@@ -76,7 +77,9 @@ class KLTerm:
             error = min(max(current_kl / self.target_kl - 1.0, -0.2), 0.2)  # type: ignore[operator]
             self.kl_coef *= 1.0 + error * batch_size / self.horizon  # type: ignore[operator]
 
-    def apply_penalty(self, token_level_scores: Tensor, old_logprob: Tensor, ref_logprob: Tensor | None, mask: Tensor) -> tuple[Tensor, dict[str, float]]:
+    def apply_penalty(
+        self, token_level_scores: Tensor, old_logprob: Tensor, ref_logprob: Tensor | None, mask: Tensor
+    ) -> tuple[Tensor, dict[str, float]]:
         """token_level_rewards = scores - kl_coef * kl(old_logprob, ref) * mask; then adapt the coef.
 
         Metrics: kl (mean over sequences of the per-sequence token mean), kl_coef (the coef used).
@@ -84,7 +87,9 @@ class KLTerm:
         if not self.active:
             return token_level_scores, {}
         if ref_logprob is None:
-            raise InvalidArgument("kl_penalty_fn needs ref_logprob from the reference model", field="batch.ref_logprob")
+            raise InvalidArgument(
+                "kl_penalty_fn needs ref_logprob from the reference model", field="batch.ref_logprob"
+            )
         kl = self.estimator(old_logprob, ref_logprob) * mask  # [B, T]
         coef = self.kl_coef
         rewards = token_level_scores - coef * kl
@@ -92,11 +97,15 @@ class KLTerm:
         self.update_coef(current, int(mask.shape[0]))
         return rewards, {"kl": current, "kl_coef": coef}
 
-    def loss(self, logprob: Tensor, ref_logprob: Tensor | None, mask: Tensor, loss_agg_mode: str) -> tuple[Tensor, dict[str, float]]:
+    def loss(
+        self, logprob: Tensor, ref_logprob: Tensor | None, mask: Tensor, loss_agg_mode: str
+    ) -> tuple[Tensor, dict[str, float]]:
         """kl_coef * aggregate(kl(logprob, ref)); metrics kl_loss (unscaled) and kl_coef."""
         if not self.active:
             return logprob.sum() * 0.0, {}
         if ref_logprob is None:
-            raise InvalidArgument("kl_loss_fn needs ref_logprob from the reference model", field="batch.ref_logprob")
+            raise InvalidArgument(
+                "kl_loss_fn needs ref_logprob from the reference model", field="batch.ref_logprob"
+            )
         kl_loss = aggregate_loss(self.estimator(logprob, ref_logprob), mask, loss_agg_mode)
         return kl_loss * self.kl_coef, {"kl_loss": kl_loss.item(), "kl_coef": self.kl_coef}

@@ -46,7 +46,9 @@ def masked_whiten(values: Tensor, mask: Tensor, shift_mean: bool = True) -> Tens
     return whitened if shift_mean else whitened + mean
 
 
-def aggregate_loss(values: Tensor, mask: Tensor, loss_agg_mode: str = "token-mean", normalizer: float | None = None) -> Tensor:
+def aggregate_loss(
+    values: Tensor, mask: Tensor, loss_agg_mode: str = "token-mean", normalizer: float | None = None
+) -> Tensor:
     """Reduce per-token losses values[B, T] under mask[B, T] to a scalar.
 
     token-mean:              sum(v*m) / sum(m)                  (every token weighs the same; DAPO)
@@ -71,5 +73,7 @@ def aggregate_loss(values: Tensor, mask: Tensor, loss_agg_mode: str = "token-mea
 
 def check_loss_agg_mode(mode: str, field: str) -> str:
     if mode not in LOSS_AGG_MODES:
-        raise InvalidArgument(f"unknown loss_agg_mode {mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}", field=field)
+        raise InvalidArgument(
+            f"unknown loss_agg_mode {mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}", field=field
+        )
     return mode

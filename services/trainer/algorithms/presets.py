@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.common.config.algorithm import AlgorithmConfig
 from services.common.errors import InvalidArgument
 
 # Keys every resolved config has; a preset overrides some of them.
@@ -21,23 +22,52 @@ FALLBACK: dict[str, Any] = {
     "entropy_loss_fn": "default",
 }
 
-_RL = {"kl_penalty_fn": "none", "kl_loss_fn": "k2", "entropy_loss_fn": "default", "sample_strategy": "default"}
+_RL = {
+    "kl_penalty_fn": "none",
+    "kl_loss_fn": "k2",
+    "entropy_loss_fn": "default",
+    "sample_strategy": "default",
+}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ppo": {**_RL, "repeat_times": 1, "advantage_fn": "ppo", "policy_loss_fn": "ppo", "use_critic": True},
     "grpo": {**_RL, "repeat_times": 2, "advantage_fn": "grpo", "policy_loss_fn": "ppo"},
     "opmd": {**_RL, "repeat_times": 2, "advantage_fn": "opmd", "policy_loss_fn": "opmd"},
     "rloo": {**_RL, "repeat_times": 2, "advantage_fn": "rloo", "policy_loss_fn": "ppo"},
-    "reinforceplusplus": {**_RL, "repeat_times": 2, "advantage_fn": "reinforceplusplus", "policy_loss_fn": "ppo"},
+    "reinforceplusplus": {
+        **_RL,
+        "repeat_times": 2,
+        "advantage_fn": "reinforceplusplus",
+        "policy_loss_fn": "ppo",
+    },
     "gspo": {**_RL, "repeat_times": 2, "advantage_fn": "grpo", "policy_loss_fn": "gspo"},
     "cispo": {**_RL, "repeat_times": 2, "advantage_fn": "grpo", "policy_loss_fn": "cispo"},
-    "mix": {"repeat_times": 8, "advantage_fn": "grpo", "policy_loss_fn": "mix", "sample_strategy": "mix", "entropy_loss_fn": "mix"},
-    "sft": {"sample_strategy": "default", "advantage_fn": "none", "policy_loss_fn": "sft", "kl_loss_fn": "none", "entropy_loss_fn": "none"},
-    "dpo": {"repeat_times": 2, "sample_strategy": "default", "advantage_fn": "none", "policy_loss_fn": "dpo", "kl_loss_fn": "k2", "entropy_loss_fn": "default"},
+    "mix": {
+        "repeat_times": 8,
+        "advantage_fn": "grpo",
+        "policy_loss_fn": "mix",
+        "sample_strategy": "mix",
+        "entropy_loss_fn": "mix",
+    },
+    "sft": {
+        "sample_strategy": "default",
+        "advantage_fn": "none",
+        "policy_loss_fn": "sft",
+        "kl_loss_fn": "none",
+        "entropy_loss_fn": "none",
+    },
+    "dpo": {
+        "repeat_times": 2,
+        "sample_strategy": "default",
+        "advantage_fn": "none",
+        "policy_loss_fn": "dpo",
+        "kl_loss_fn": "k2",
+        "entropy_loss_fn": "default",
+    },
 }
 
 
-def resolve(cfg):  # noqa: ANN001, ANN201 - AlgorithmConfig in, AlgorithmConfig out
+def resolve(cfg: AlgorithmConfig) -> AlgorithmConfig:
     """A copy of cfg with every part named: user's value > preset > fallback. cfg itself is untouched."""
     if cfg.algorithm_type not in PRESETS:
         raise InvalidArgument(

@@ -21,7 +21,9 @@ from services.trainer.algorithms.api import ReadRequest, SampleStrategy
 class DefaultSampleStrategy(SampleStrategy):
     name = "default"
 
-    def plan(self, *, train_batch_size: int, model_version: int, step: int | None = None) -> list[ReadRequest]:
+    def plan(
+        self, *, train_batch_size: int, model_version: int, step: int | None = None
+    ) -> list[ReadRequest]:
         return [ReadRequest(source="experience", batch_size=train_batch_size)]
 
 
@@ -31,13 +33,22 @@ class StalenessControlSampleStrategy(SampleStrategy):
     def __init__(self, max_staleness: int = 1) -> None:
         if not isinstance(max_staleness, int) or max_staleness < 0:
             raise InvalidArgument(
-                f"max_staleness must be an integer >= 0, got {max_staleness!r}", field="algorithm.sample_strategy_args.max_staleness"
+                f"max_staleness must be an integer >= 0, got {max_staleness!r}",
+                field="algorithm.sample_strategy_args.max_staleness",
             )
         self.max_staleness = max_staleness
 
-    def plan(self, *, train_batch_size: int, model_version: int, step: int | None = None) -> list[ReadRequest]:
+    def plan(
+        self, *, train_batch_size: int, model_version: int, step: int | None = None
+    ) -> list[ReadRequest]:
         step = model_version + 1 if step is None else step
-        return [ReadRequest(source="experience", batch_size=train_batch_size, min_model_version=max(step - self.max_staleness, 0))]
+        return [
+            ReadRequest(
+                source="experience",
+                batch_size=train_batch_size,
+                min_model_version=max(step - self.max_staleness, 0),
+            )
+        ]
 
 
 class MixSampleStrategy(SampleStrategy):
@@ -57,11 +68,17 @@ class MixSampleStrategy(SampleStrategy):
         expert = math.ceil(self.expert_data_ratio * train_batch_size)
         return train_batch_size - expert, expert
 
-    def plan(self, *, train_batch_size: int, model_version: int, step: int | None = None) -> list[ReadRequest]:
+    def plan(
+        self, *, train_batch_size: int, model_version: int, step: int | None = None
+    ) -> list[ReadRequest]:
         usual, expert = self.split(train_batch_size)
         requests = []
         if usual:
             requests.append(ReadRequest(source="experience", batch_size=usual))
         if expert:
-            requests.append(ReadRequest(source="auxiliary", batch_size=expert, is_expert=True, buffer_name=self.sft_dataset_name))
+            requests.append(
+                ReadRequest(
+                    source="auxiliary", batch_size=expert, is_expert=True, buffer_name=self.sft_dataset_name
+                )
+            )
         return requests

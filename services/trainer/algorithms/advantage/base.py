@@ -22,7 +22,7 @@ def sequence_scores(token_level_rewards: Tensor) -> Tensor:
 
 class GroupStats(NamedTuple):
     inverse: Tensor  # [B] long, dense group id of each row (0..G-1)
-    count: Tensor  # [G] rows per group (float)
+    sizes: Tensor  # [G] rows per group (float)
     mean: Tensor  # [G] mean score per group
     std: Tensor  # [G] unbiased std per group (0 for groups of one)
 
@@ -35,7 +35,9 @@ def group_stats(scores: Tensor, group_index: Tensor) -> GroupStats:
     _, inverse = torch.unique(group_index, return_inverse=True)
     groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
     scores = scores.to(torch.float32)
-    count = torch.zeros(groups, dtype=torch.float32, device=scores.device).scatter_add_(0, inverse, torch.ones_like(scores))
+    count = torch.zeros(groups, dtype=torch.float32, device=scores.device).scatter_add_(
+        0, inverse, torch.ones_like(scores)
+    )
     total = torch.zeros_like(count).scatter_add_(0, inverse, scores)
     mean = total / count
     sq = torch.zeros_like(count).scatter_add_(0, inverse, (scores - mean[inverse]) ** 2)
@@ -48,4 +50,8 @@ def summary(prefix: str, values: Tensor) -> dict[str, float]:
     if values.numel() == 0:
         return {}
     v = values.to(torch.float32)
-    return {f"{prefix}/mean": v.mean().item(), f"{prefix}/max": v.max().item(), f"{prefix}/min": v.min().item()}
+    return {
+        f"{prefix}/mean": v.mean().item(),
+        f"{prefix}/max": v.max().item(),
+        f"{prefix}/min": v.min().item(),
+    }

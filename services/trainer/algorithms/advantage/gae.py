@@ -16,6 +16,7 @@ from torch import Tensor
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.advantage.base import AdvantageOutput
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import masked_whiten
 
 
@@ -36,16 +37,19 @@ def gae_advantages(
     return masked_whiten(advantages, action_mask) * action_mask, returns
 
 
-def ppo(batch, *, gamma: float = 1.0, lam: float = 1.0) -> AdvantageOutput:  # noqa: ANN001
+def ppo(batch: TrainBatch, *, gamma: float = 1.0, lam: float = 1.0) -> AdvantageOutput:
     if batch.values is None:
         raise InvalidArgument(
-            "advantage_fn 'ppo' (GAE) needs critic values; set algorithm.use_critic true", field="algorithm.advantage_fn"
+            "advantage_fn 'ppo' (GAE) needs critic values; set algorithm.use_critic true",
+            field="algorithm.advantage_fn",
         )
-    adv, ret = gae_advantages(batch.token_level_rewards, batch.values, batch.action_mask, gamma=gamma, lam=lam)
+    adv, ret = gae_advantages(
+        batch.require("token_level_rewards"), batch.require("values"), batch.action_mask, gamma=gamma, lam=lam
+    )
     return AdvantageOutput(adv, ret, {})
 
 
-def none(batch) -> AdvantageOutput:  # noqa: ANN001
+def none(batch: TrainBatch) -> AdvantageOutput:
     """No advantage (SFT, DPO): zeros, so nothing downstream reads stale values."""
     zeros = torch.zeros_like(batch.action_mask, dtype=torch.float32)
     return AdvantageOutput(zeros, zeros.clone(), {})

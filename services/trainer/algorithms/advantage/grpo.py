@@ -19,6 +19,7 @@ from torch import Tensor
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores, summary
+from services.trainer.algorithms.api import TrainBatch
 
 
 def grpo_advantages(
@@ -37,7 +38,7 @@ def grpo_advantages(
             field="algorithm.advantage_fn_args.std_cal_level",
         )
     stats = group_stats(scores, group_index)
-    single = stats.count == 1  # [G]
+    single = stats.sizes == 1  # [G]
     mean = torch.where(single, torch.zeros_like(stats.mean), stats.mean)  # [G]
     std = torch.where(single, torch.ones_like(stats.std), stats.std)  # [G]
     if std_cal_level == "batch":
@@ -57,11 +58,21 @@ def grpo_advantages(
     return advantages, keep, metrics
 
 
-def grpo(batch, *, epsilon: float = 1e-6, std_threshold: float | None = None, std_cal_level: str = "group") -> AdvantageOutput:  # noqa: ANN001
+def grpo(
+    batch: TrainBatch,
+    *,
+    epsilon: float = 1e-6,
+    std_threshold: float | None = None,
+    std_cal_level: str = "group",
+) -> AdvantageOutput:
     """Registry adapter: GRPO advantages of a TrainBatch (token_level_rewards filled by the caller)."""
-    scores = sequence_scores(batch.token_level_rewards)
+    scores = sequence_scores(batch.require("token_level_rewards"))
     adv, keep, metrics = grpo_advantages(
-        scores, batch.action_mask, batch.group_index,
-        epsilon=epsilon, std_threshold=std_threshold, std_cal_level=std_cal_level,
+        scores,
+        batch.action_mask,
+        batch.group_index,
+        epsilon=epsilon,
+        std_threshold=std_threshold,
+        std_cal_level=std_cal_level,
     )
     return AdvantageOutput(adv, adv.clone(), metrics, keep if std_threshold is not None else None)

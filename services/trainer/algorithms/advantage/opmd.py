@@ -17,6 +17,7 @@ from torch import Tensor
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
+from services.trainer.algorithms.api import TrainBatch
 
 
 def opmd_advantages(
@@ -28,23 +29,30 @@ def opmd_advantages(
     if opmd_baseline == "mean":
         base = stats.mean
     elif opmd_baseline == "logavgexp":
-        groups = stats.count.numel()
+        groups = stats.sizes.numel()
         # logsumexp per group, stabilised by the group max
-        gmax = torch.full((groups,), -math.inf, device=s.device).scatter_reduce(0, stats.inverse, s / tau, "amax")
-        sumexp = torch.zeros(groups, device=s.device).scatter_add_(0, stats.inverse, torch.exp(s / tau - gmax[stats.inverse]))
-        base = tau * (gmax + torch.log(sumexp) - torch.log(stats.count))
+        gmax = torch.full((groups,), -math.inf, device=s.device).scatter_reduce(
+            0, stats.inverse, s / tau, "amax"
+        )
+        sumexp = torch.zeros(groups, device=s.device).scatter_add_(
+            0, stats.inverse, torch.exp(s / tau - gmax[stats.inverse])
+        )
+        base = tau * (gmax + torch.log(sumexp) - torch.log(stats.sizes))
     else:
         raise InvalidArgument(
             f"opmd_baseline must be 'mean' or 'logavgexp', got {opmd_baseline!r}",
             field="algorithm.advantage_fn_args.opmd_baseline",
         )
-    base = torch.where(stats.count > 1, base, torch.zeros_like(base))
+    base = torch.where(stats.sizes > 1, base, torch.zeros_like(base))
     return (s - base[stats.inverse]).unsqueeze(-1) * action_mask
 
 
-def opmd(batch, *, opmd_baseline: str = "mean", tau: float = 1.0) -> AdvantageOutput:  # noqa: ANN001
+def opmd(batch: TrainBatch, *, opmd_baseline: str = "mean", tau: float = 1.0) -> AdvantageOutput:
     adv = opmd_advantages(
-        sequence_scores(batch.token_level_rewards), batch.action_mask, batch.group_index,
-        opmd_baseline=opmd_baseline, tau=tau,
+        sequence_scores(batch.require("token_level_rewards")),
+        batch.action_mask,
+        batch.group_index,
+        opmd_baseline=opmd_baseline,
+        tau=tau,
     )
     return AdvantageOutput(adv, adv.clone(), {})

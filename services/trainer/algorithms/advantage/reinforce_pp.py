@@ -12,10 +12,13 @@ import torch
 from torch import Tensor
 
 from services.trainer.algorithms.advantage.base import AdvantageOutput
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import masked_whiten
 
 
-def reinforce_plus_plus_advantages(token_level_rewards: Tensor, action_mask: Tensor, *, gamma: float = 1.0) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus_advantages(
+    token_level_rewards: Tensor, action_mask: Tensor, *, gamma: float = 1.0
+) -> tuple[Tensor, Tensor]:
     """token_level_rewards [B, T], action_mask [B, T] -> (advantages [B, T], returns [B, T])."""
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
@@ -26,6 +29,8 @@ def reinforce_plus_plus_advantages(token_level_rewards: Tensor, action_mask: Ten
     return advantages, returns
 
 
-def reinforceplusplus(batch, *, gamma: float = 1.0) -> AdvantageOutput:  # noqa: ANN001
-    adv, ret = reinforce_plus_plus_advantages(batch.token_level_rewards, batch.action_mask, gamma=gamma)
+def reinforceplusplus(batch: TrainBatch, *, gamma: float = 1.0) -> AdvantageOutput:
+    adv, ret = reinforce_plus_plus_advantages(
+        batch.require("token_level_rewards"), batch.action_mask, gamma=gamma
+    )
     return AdvantageOutput(adv, ret, {})

@@ -12,17 +12,20 @@ import torch
 from torch import Tensor
 
 from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
+from services.trainer.algorithms.api import TrainBatch
 
 
 def rloo_advantages(scores: Tensor, action_mask: Tensor, group_index: Tensor) -> Tensor:
     """scores [B], action_mask [B, T], group_index [B] -> advantages [B, T]."""
     stats = group_stats(scores, group_index)
-    n = stats.count[stats.inverse]  # [B]
+    n = stats.sizes[stats.inverse]  # [B]
     loo = (scores.float() - stats.mean[stats.inverse]) * n / (n - 1).clamp(min=1)
     adv_seq = torch.where(n > 1, loo, scores.float())  # [B]
     return adv_seq.unsqueeze(-1) * action_mask
 
 
-def rloo(batch) -> AdvantageOutput:  # noqa: ANN001
-    adv = rloo_advantages(sequence_scores(batch.token_level_rewards), batch.action_mask, batch.group_index)
+def rloo(batch: TrainBatch) -> AdvantageOutput:
+    adv = rloo_advantages(
+        sequence_scores(batch.require("token_level_rewards")), batch.action_mask, batch.group_index
+    )
     return AdvantageOutput(adv, adv.clone(), {})

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import masked_mean
 
 
@@ -31,7 +32,10 @@ def cispo_policy_loss(
     log_ratio = logprob - old_logprob
     ratio = torch.exp(log_ratio)
     weight = torch.clamp(ratio, min=1.0 - clip_range_low, max=1.0 + clip_range_high).detach()
-    keep = ~(((ratio > 1.0 + clip_range_high) & (advantages > 0)) | ((ratio < 1.0 - clip_range_low) & (advantages < 0)))
+    keep = ~(
+        ((ratio > 1.0 + clip_range_high) & (advantages > 0))
+        | ((ratio < 1.0 - clip_range_low) & (advantages < 0))
+    )
     keep = keep.float().detach()
     per_token = -advantages * weight * keep * logprob
     loss = masked_mean(per_token, action_mask)
@@ -43,8 +47,14 @@ def cispo_policy_loss(
     }
 
 
-def cispo(batch, logprob: Tensor, *, clip_range_low: float = 1.0, clip_range_high: float = 0.28) -> tuple[Tensor, dict[str, float]]:  # noqa: ANN001
+def cispo(
+    batch: TrainBatch, logprob: Tensor, *, clip_range_low: float = 1.0, clip_range_high: float = 0.28
+) -> tuple[Tensor, dict[str, float]]:
     return cispo_policy_loss(
-        logprob, batch.old_logprob, batch.action_mask, batch.advantages,
-        clip_range_low=clip_range_low, clip_range_high=clip_range_high,
+        logprob,
+        batch.require("old_logprob"),
+        batch.action_mask,
+        batch.require("advantages"),
+        clip_range_low=clip_range_low,
+        clip_range_high=clip_range_high,
     )

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from services.common.errors import InvalidArgument
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import masked_sum
 
 
@@ -30,12 +31,15 @@ def dpo_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     if logprob.shape[0] % 2:
         raise InvalidArgument(
-            f"DPO needs an even number of rows (chosen, rejected pairs), got {logprob.shape[0]}", field="batch.pair_index"
+            f"DPO needs an even number of rows (chosen, rejected pairs), got {logprob.shape[0]}",
+            field="batch.pair_index",
         )
     chosen = masked_sum(logprob[::2] - ref_logprob[::2], action_mask[::2], dim=-1)  # [P]
     rejected = masked_sum(logprob[1::2] - ref_logprob[1::2], action_mask[1::2], dim=-1)  # [P]
     logits = chosen - rejected
-    losses = -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
+    losses = (
+        -F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing
+    )
     loss = losses.mean()
     return loss, {
         "dpo_loss": loss.item(),
@@ -45,11 +49,15 @@ def dpo_loss(
     }
 
 
-def dpo(batch, logprob: Tensor, *, beta: float = 0.1, label_smoothing: float = 0.0) -> tuple[Tensor, dict[str, float]]:  # noqa: ANN001
+def dpo(
+    batch: TrainBatch, logprob: Tensor, *, beta: float = 0.1, label_smoothing: float = 0.0
+) -> tuple[Tensor, dict[str, float]]:
     if batch.ref_logprob is None:
         raise InvalidArgument("DPO needs ref_logprob from the reference model", field="batch.ref_logprob")
     if batch.pair_index is not None and batch.pair_index.numel() >= 2:
         pairs = batch.pair_index.view(-1, 2) if batch.pair_index.numel() % 2 == 0 else None
         if pairs is None or not bool((pairs[:, 0] == pairs[:, 1]).all()):
-            raise InvalidArgument("rows 2k and 2k+1 must share a pair_index (chosen, rejected)", field="batch.pair_index")
+            raise InvalidArgument(
+                "rows 2k and 2k+1 must share a pair_index (chosen, rejected)", field="batch.pair_index"
+            )
     return dpo_loss(logprob, batch.ref_logprob, batch.action_mask, beta=beta, label_smoothing=label_smoothing)

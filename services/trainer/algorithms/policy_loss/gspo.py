@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import aggregate_loss, masked_mean
 from services.trainer.algorithms.policy_loss.ppo import resolve_clip
 
@@ -45,7 +46,7 @@ def gspo_policy_loss(
 
 
 def gspo(
-    batch,  # noqa: ANN001
+    batch: TrainBatch,
     logprob: Tensor,
     *,
     clip_range: float | None = None,
@@ -57,6 +58,11 @@ def gspo(
         clip_range_low = clip_range_high = None
     low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
     return gspo_policy_loss(
-        logprob, batch.old_logprob, batch.action_mask, batch.advantages,
-        clip_range_low=low, clip_range_high=high, loss_agg_mode=loss_agg_mode,
+        logprob,
+        batch.require("old_logprob"),
+        batch.action_mask,
+        batch.require("advantages"),
+        clip_range_low=low,
+        clip_range_high=high,
+        loss_agg_mode=loss_agg_mode,
     )

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from services.common.errors import InvalidArgument
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.policy_loss.ppo import ppo_policy_loss, resolve_clip
 from services.trainer.algorithms.policy_loss.sft import sft_loss
 
@@ -44,14 +45,21 @@ def mix_policy_loss(
     rl = zero
     if usual.any():
         rl, rl_metrics = ppo_policy_loss(
-            logprob[usual], old_logprob[usual], action_mask[usual], advantages[usual],
-            clip_range_low=clip_range_low, clip_range_high=clip_range_high,
-            clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+            logprob[usual],
+            old_logprob[usual],
+            action_mask[usual],
+            advantages[usual],
+            clip_range_low=clip_range_low,
+            clip_range_high=clip_range_high,
+            clip_ratio_c=clip_ratio_c,
+            loss_agg_mode=loss_agg_mode,
         )
         metrics |= {f"usual/{k}": v for k, v in rl_metrics.items()}
     sft = zero
     if is_expert.any():
-        sft, sft_metrics = sft_loss(logprob[is_expert], action_mask[is_expert], use_token_level_loss=use_token_level_loss_in_sft)
+        sft, sft_metrics = sft_loss(
+            logprob[is_expert], action_mask[is_expert], use_token_level_loss=use_token_level_loss_in_sft
+        )
         metrics |= {f"expert/{k}": v for k, v in sft_metrics.items()}
     loss = (1 - mu) * rl * usual_weight + mu * sft * expert_weight
     metrics["loss"] = loss.item()
@@ -59,7 +67,7 @@ def mix_policy_loss(
 
 
 def mix(
-    batch,  # noqa: ANN001
+    batch: TrainBatch,
     logprob: Tensor,
     *,
     mu: float = 0.1,
@@ -73,10 +81,22 @@ def mix(
     expert_weight: float = 1.0,
 ) -> tuple[Tensor, dict[str, float]]:
     if batch.is_expert is None:
-        raise InvalidArgument("policy_loss_fn 'mix' needs batch.is_expert (use sample_strategy 'mix')", field="batch.is_expert")
+        raise InvalidArgument(
+            "policy_loss_fn 'mix' needs batch.is_expert (use sample_strategy 'mix')", field="batch.is_expert"
+        )
     low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
     return mix_policy_loss(
-        logprob, batch.old_logprob, batch.action_mask, batch.advantages, batch.is_expert.to(torch.bool),
-        mu=mu, usual_weight=usual_weight, expert_weight=expert_weight, clip_range_low=low, clip_range_high=high,
-        clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, use_token_level_loss_in_sft=use_token_level_loss_in_sft,
+        logprob,
+        batch.require("old_logprob"),
+        batch.action_mask,
+        batch.require("advantages"),
+        batch.is_expert.to(torch.bool),
+        mu=mu,
+        usual_weight=usual_weight,
+        expert_weight=expert_weight,
+        clip_range_low=low,
+        clip_range_high=high,
+        clip_ratio_c=clip_ratio_c,
+        loss_agg_mode=loss_agg_mode,
+        use_token_level_loss_in_sft=use_token_level_loss_in_sft,
     )

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import masked_mean
 
 
-def opmd_policy_loss(logprob: Tensor, action_mask: Tensor, advantages: Tensor, *, tau: float = 1.0) -> tuple[Tensor, dict[str, float]]:
+def opmd_policy_loss(
+    logprob: Tensor, action_mask: Tensor, advantages: Tensor, *, tau: float = 1.0
+) -> tuple[Tensor, dict[str, float]]:
     """logprob, action_mask, advantages [B, T] -> (loss, {"opmd_loss"})."""
     loss = masked_mean(-advantages * logprob, action_mask) / (1.0 + tau)
     return loss, {"opmd_loss": loss.item(), "pg_loss": loss.item()}
 
 
-def opmd(batch, logprob: Tensor, *, tau: float = 1.0) -> tuple[Tensor, dict[str, float]]:  # noqa: ANN001
-    return opmd_policy_loss(logprob, batch.action_mask, batch.advantages, tau=tau)
+def opmd(batch: TrainBatch, logprob: Tensor, *, tau: float = 1.0) -> tuple[Tensor, dict[str, float]]:
+    return opmd_policy_loss(logprob, batch.action_mask, batch.require("advantages"), tau=tau)

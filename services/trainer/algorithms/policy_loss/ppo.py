@@ -20,10 +20,13 @@ import torch
 from torch import Tensor
 
 from services.common.errors import InvalidArgument
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import aggregate_loss, masked_mean
 
 
-def resolve_clip(clip_range: float | None, clip_range_low: float | None, clip_range_high: float | None, key: str) -> tuple[float, float]:
+def resolve_clip(
+    clip_range: float | None, clip_range_low: float | None, clip_range_high: float | None, key: str
+) -> tuple[float, float]:
     """clip_range_low/high default to clip_range; one of them must end up set."""
     low = clip_range if clip_range_low is None else clip_range_low
     high = clip_range if clip_range_high is None else clip_range_high
@@ -44,7 +47,10 @@ def ppo_policy_loss(
     loss_agg_mode: str = "token-mean",
 ) -> tuple[Tensor, dict[str, float]]:
     if clip_ratio_c <= 1.0:
-        raise InvalidArgument(f"clip_ratio_c must be > 1, got {clip_ratio_c}", field="algorithm.policy_loss_fn_args.clip_ratio_c")
+        raise InvalidArgument(
+            f"clip_ratio_c must be > 1, got {clip_ratio_c}",
+            field="algorithm.policy_loss_fn_args.clip_ratio_c",
+        )
     log_ratio = torch.clamp(logprob - old_logprob, min=-20.0, max=20.0)
     ratio = torch.exp(log_ratio)
     ppo_kl = masked_mean(-log_ratio, action_mask)
@@ -66,7 +72,7 @@ def ppo_policy_loss(
 
 
 def ppo(
-    batch,  # noqa: ANN001
+    batch: TrainBatch,
     logprob: Tensor,
     *,
     clip_range: float | None = 0.2,
@@ -77,6 +83,12 @@ def ppo(
 ) -> tuple[Tensor, dict[str, float]]:
     low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
     return ppo_policy_loss(
-        logprob, batch.old_logprob, batch.action_mask, batch.advantages,
-        clip_range_low=low, clip_range_high=high, clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode,
+        logprob,
+        batch.require("old_logprob"),
+        batch.action_mask,
+        batch.require("advantages"),
+        clip_range_low=low,
+        clip_range_high=high,
+        clip_ratio_c=clip_ratio_c,
+        loss_agg_mode=loss_agg_mode,
     )

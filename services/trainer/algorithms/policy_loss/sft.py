@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from services.trainer.algorithms.api import TrainBatch
 from services.trainer.algorithms.masked import masked_mean
 
 
-def sft_loss(logprob: Tensor, action_mask: Tensor, *, use_token_level_loss: bool = True) -> tuple[Tensor, dict[str, float]]:
+def sft_loss(
+    logprob: Tensor, action_mask: Tensor, *, use_token_level_loss: bool = True
+) -> tuple[Tensor, dict[str, float]]:
     """logprob, action_mask [B, T] -> (loss, {"sft_loss"})."""
     if use_token_level_loss:
         loss = masked_mean(-logprob, action_mask)
@@ -22,5 +25,7 @@ def sft_loss(logprob: Tensor, action_mask: Tensor, *, use_token_level_loss: bool
     return loss, {"sft_loss": loss.item()}
 
 
-def sft(batch, logprob: Tensor, *, use_token_level_loss: bool = True) -> tuple[Tensor, dict[str, float]]:  # noqa: ANN001
+def sft(
+    batch: TrainBatch, logprob: Tensor, *, use_token_level_loss: bool = True
+) -> tuple[Tensor, dict[str, float]]:
     return sft_loss(logprob, batch.action_mask, use_token_level_loss=use_token_level_loss)
