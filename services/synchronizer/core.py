@@ -122,10 +122,12 @@ class Synchronizer:
         member.held = held
         return self.ledger.latest.version
 
-    async def mark_dead(self, member_id: str, why: str) -> None:
-        """A member stopped (heartbeat stream broke, or no beat for member_timeout_s)."""
+    async def mark_dead(self, member_id: str, why: str, incarnation: int | None = None) -> None:
+        """A member stopped (heartbeat stream broke, or no beat for member_timeout_s). With
+        `incarnation`, only that incarnation: the stream of a killed process may close after the
+        restarted one registered."""
         member = self.ledger.members.get(member_id)
-        if member is None or not member.alive:
+        if member is None or not member.alive or (incarnation is not None and incarnation != member.incarnations):
             return
         member.alive = False
         member.requested = False

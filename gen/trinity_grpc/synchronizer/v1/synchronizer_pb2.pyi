@@ -485,18 +485,30 @@ class PublishVersionResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VERSION_FIELD_NUMBER: _builtins.int
+    RECEIVERS_FIELD_NUMBER: _builtins.int
+    GROUP_NAME_FIELD_NUMBER: _builtins.int
+    group_name: _builtins.str
+    """sync_method nccl: name of that group."""
     @_builtins.property
     def version(self) -> _common_pb2.ModelVersion:
         """The version as recorded in the ledger."""
+
+    @_builtins.property
+    def receivers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """sync_method nccl: explorers in the weight group formed for it, in rank order from rank 1
+        (empty: nobody to send to, skip the broadcast).
+        """
 
     def __init__(
         self,
         *,
         version: _common_pb2.ModelVersion | None = ...,
+        receivers: _abc.Iterable[_builtins.str] | None = ...,
+        group_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_name", b"group_name", "receivers", b"receivers", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

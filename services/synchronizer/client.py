@@ -1,0 +1,344 @@
+"""Typed async client of the synchronizer, plus the weight-transfer helpers trainer and explorer use.
+
+    sync = await SynchronizerClient.connect(cfg.services.synchronizer.address, services_cfg=cfg.services)
+    reg = await sync.register("explorer-0", "explorer")      # Registration(current_version, last_step, plan, ...)
+    sync.start_heartbeat()                                     # background task; beats carry sync.step / sync.held
+
+Trainer (one process, rank 0 of a multi-GPU trainer):
+
+    publisher = WeightPublisher(sync, cfg)                     # member_id = sync.member_id
+    for step in ...:
+        await sync.begin_trainer_step(step)                    # -> bool: publish predicted after this step
+        ... train ...
+        if await sync.end_trainer_step(step):                  # -> bool: publish now (version = step)
+            await publisher.publish(model.state_dict(), step)  # checkpoint files or a broadcast, per config
+    # publish(state_dict, step, *, config=None, keep=False) -> Version; keep=True marks a full checkpoint.
+
+Explorer:
+
+    receiver = WeightReceiver(sync, cfg)
+    for step in range(reg.last_step + 1, ...):
+        version = await receiver.before_step(step, into=model_state)   # held or released by the plan;
+        ... explore with weights of `version` ...                      # loads in place when a sync is due
+    # receive(version: Version, into=None) -> dict[str, Tensor]: load one announced version.
+
+Both helpers run torch work in a thread (the heartbeat keeps beating), report every transfer to
+the synchronizer, and raise WeightSyncError / DeadlineExceeded / FailedPrecondition on failure
+after reporting it; the group is then gone and the next sync builds a new one. torch is imported
+only when a helper moves weights, so a client that only coordinates stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from services.common import errors
+from services.common.client import ServiceClient
+from services.common.logging import get_logger
+from services.synchronizer import convert as C
+from services.synchronizer.ledger import FileEntry, TensorEntry, Version
+from services.synchronizer.plan import Plan
+from trinity_grpc.synchronizer.v1 import synchronizer_pb2 as pb
+from trinity_grpc.synchronizer.v1 import synchronizer_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    import torch
+
+    from services.common.config import TrinityConfig
+
+log = get_logger("synchronizer.client")
+
+
+@dataclass(frozen=True)
+class Registration:
+    current_version: Version
+    last_step: int
+    plan: Plan
+    heartbeat_interval_s: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """BeginExplorerStep's answer: `load` is the version to load first (None: keep yours)."""
+
+    load: Version | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class GroupAssignment:
+    master_address: str
+    master_port: int
+    world_size: int
+    rank: int
+    group_name: str
+    backend: str
+    tensors: tuple[TensorEntry, ...]
+    bucket_bytes: int
+
+
+class SynchronizerClient(ServiceClient):
+    """One member's connection. `step` (last completed) and `held` (version held) ride on beats."""
+
+    stub_class = pb_grpc.SynchronizerServiceStub
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.member_id = ""
+        self.role = ""
+        self.step = 0
+        self.held = 0
+        self.latest_seen = 0
+        self.heartbeat_interval_s = 2.0
+        self.sync_timeout_s = 3600.0
+        self._beat_task: asyncio.Task[None] | None = None
+
+    async def register(self, member_id: str, role: str) -> Registration:
+        reply = await self._call(
+            "Register", pb.RegisterRequest(member_id=member_id, role=C.ROLE_TO_PB.get(role, pb.ROLE_UNSPECIFIED))
+        )
+        self.member_id, self.role, self.step = member_id, role, reply.last_step
+        self.heartbeat_interval_s = reply.heartbeat_interval_s or self.heartbeat_interval_s
+        plan = C.plan_from_pb(reply.plan)
+        self.sync_timeout_s = plan.timeout
+        return Registration(C.version_from_pb(reply.current_version), reply.last_step, plan, self.heartbeat_interval_s)
+
+    def start_heartbeat(self) -> asyncio.Task[None]:
+        """Keep a heartbeat stream open in the background (reconnecting after errors)."""
+        if self._beat_task is None or self._beat_task.done():
+            self._beat_task = asyncio.create_task(self._beat_forever(), name=f"heartbeat-{self.member_id}")
+        return self._beat_task
+
+    async def _beats(self):  # type: ignore[no-untyped-def]
+        while True:
+            yield pb.HeartbeatRequest(member_id=self.member_id, step=self.step, model_version=self.held)
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def _beat_forever(self) -> None:
+        while True:
+            try:
+                async for reply in self._stub.Heartbeat(self._beats(), metadata=self._metadata()):
+                    self.latest_seen = reply.latest_version
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the server restarted or the network blinked: try again
+                log.warning("heartbeat_broken", member=self.member_id, error=str(exc))
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def stop_heartbeat(self) -> None:
+        if self._beat_task is not None:
+            self._beat_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat_task
+            self._beat_task = None
+
+    async def close(self) -> None:
+        await self.stop_heartbeat()
+        await super().close()
+
+    def _hold_timeout(self) -> float:
+        return self.sync_timeout_s + 10.0  # the server's own deadline fires first, with the reason
+
+    async def begin_explorer_step(self, step: int) -> Decision:
+        reply = await self._call(
+            "BeginExplorerStep",
+            pb.BeginExplorerStepRequest(member_id=self.member_id, step=step, model_version=self.held),
+            timeout=self._hold_timeout(),
+        )
+        self.step = max(self.step, step - 1)
+        load = C.version_from_pb(reply.load_version, reply.files) if reply.must_sync else None
+        return Decision(load, reply.reason)
+
+    async def begin_trainer_step(self, step: int) -> bool:
+        reply = await self._call("BeginTrainerStep", pb.BeginTrainerStepRequest(member_id=self.member_id, step=step))
+        self.step = max(self.step, step - 1)
+        return bool(reply.publish_after)
+
+    async def end_trainer_step(self, step: int) -> bool:
+        reply = await self._call("EndTrainerStep", pb.EndTrainerStepRequest(member_id=self.member_id, step=step))
+        self.step = max(self.step, step)
+        return bool(reply.publish)
+
+    async def publish_version(
+        self,
+        version: int,
+        checkpoint_path: str = "",
+        files: tuple[FileEntry, ...] = (),
+        tensors: tuple[TensorEntry, ...] = (),
+    ) -> tuple[Version, list[str]]:
+        """Announce `version`; returns (recorded version, receivers of its weight group)."""
+        reply = await self._call(
+            "PublishVersion",
+            pb.PublishVersionRequest(
+                member_id=self.member_id,
+                version=version,
+                checkpoint_path=checkpoint_path,
+                files=C.files_to_pb(files),
+                tensors=C.tensors_to_pb(tensors),
+            ),
+        )
+        self.held = version
+        return C.version_from_pb(reply.version, files, tensors), list(reply.receivers)
+
+    async def report_sync(self, version: int, ok: bool, error: str = "") -> None:
+        await self._call(
+            "ReportSync", pb.ReportSyncRequest(member_id=self.member_id, version=version, ok=ok, error=error[:4000])
+        )
+        if ok and self.role == "explorer":
+            self.held = version
+
+    async def join_weight_group(
+        self, version: int, master_address: str = "", master_port: int = 0, backend: str = ""
+    ) -> GroupAssignment:
+        reply = await self._call(
+            "JoinWeightGroup",
+            pb.JoinWeightGroupRequest(
+                member_id=self.member_id,
+                version=version,
+                master_address=master_address,
+                master_port=master_port,
+                backend=backend,
+            ),
+            timeout=self._hold_timeout(),
+        )
+        return GroupAssignment(
+            reply.master_address, reply.master_port, reply.world_size, reply.rank, reply.group_name, reply.backend,
+            tuple(C.tensors_from_pb(reply.tensors)), reply.bucket_bytes,
+        )
+
+    async def wait_for_version(self, min_version: int, timeout: float | None = None) -> Version:
+        reply = await self._call(
+            "WaitForVersion", pb.WaitForVersionRequest(min_version=min_version), timeout=timeout or self._hold_timeout()
+        )
+        return C.version_from_pb(reply.version, reply.files)
+
+    async def get_status(self) -> pb.GetStatusResponse:
+        return await self._call("GetStatus", pb.GetStatusRequest())
+
+    async def get_info(self) -> pb.GetInfoResponse:
+        return await self._call("GetInfo", pb.GetInfoRequest())
+
+
+class WeightPublisher:
+    """Trainer side: publish(state_dict, step) by the configured sync_method (see module docstring)."""
+
+    def __init__(self, client: SynchronizerClient, cfg: TrinityConfig, *, master_address: str | None = None) -> None:
+        self.client = client
+        self.cfg = cfg.synchronizer
+        self.run_dir = cfg.run_dir
+        self.master_address = master_address or self.cfg.master_address or cfg.services.trainer.host
+
+    async def publish(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        step: int,
+        *,
+        config: Mapping[str, object] | None = None,
+        keep: bool = False,
+    ) -> Version:
+        if self.cfg.sync_method == "checkpoint":
+            return await self._publish_checkpoint(state_dict, step, config, keep)
+        return await self._publish_broadcast(state_dict, step)
+
+    async def _publish_checkpoint(self, state_dict, step, config, keep) -> Version:  # type: ignore[no-untyped-def]
+        from services.synchronizer.transfer import checkpoint as ckpt
+
+        path, files = await asyncio.to_thread(
+            ckpt.write_checkpoint, state_dict, self.run_dir, step, config=config, sync_only=not keep
+        )
+        version, _ = await self.client.publish_version(step, str(path), files)
+        status = await self.client.get_status()
+        held = [m.model_version for m in status.members if m.role == pb.ROLE_EXPLORER and m.alive]
+        await asyncio.to_thread(
+            ckpt.prune_sync_checkpoints, self.run_dir,
+            keep_newest=self.cfg.keep_sync_checkpoints, keep_at_least=min(held, default=step),
+        )
+        return version
+
+    async def _publish_broadcast(self, state_dict, step) -> Version:  # type: ignore[no-untyped-def]
+        import torch
+
+        from services.synchronizer.transfer import broadcast as bc
+
+        tensors = bc.manifest_of(state_dict)
+        version, receivers = await self.client.publish_version(step, tensors=tensors)
+        if not receivers:
+            return version
+        backend = "nccl" if any(t.is_cuda for t in state_dict.values()) and torch.cuda.is_available() else "gloo"
+        timeout = self.cfg.sync_timeout
+        store = await asyncio.to_thread(bc.start_store, "0.0.0.0", self.cfg.master_port, len(receivers) + 1, timeout)
+        try:
+            got = await self.client.join_weight_group(step, self.master_address, store.port, backend)
+            spec = bc.GroupSpec(got.master_address, got.master_port, got.world_size, 0, got.group_name, backend, timeout)
+
+            def send() -> None:
+                with bc.WeightGroup(spec, store) as group:
+                    group.send(state_dict, tensors, got.bucket_bytes)
+
+            await asyncio.to_thread(send)
+        except errors.TrinityError as exc:
+            await _report_failure(self.client, step, exc)
+            raise
+        finally:
+            del store
+        await self.client.report_sync(step, True)
+        return version
+
+
+class WeightReceiver:
+    """Explorer side: before_step(step, into) follows the plan; receive(version, into) loads one version."""
+
+    def __init__(self, client: SynchronizerClient, cfg: TrinityConfig, *, progress=None) -> None:  # type: ignore[no-untyped-def]
+        self.client = client
+        self.cfg = cfg.synchronizer
+        self.progress = progress  # progress(done, total) per broadcast bucket (nccl), from a thread
+
+    async def before_step(self, step: int, into: Mapping[str, torch.Tensor] | None = None) -> int:
+        """Ask the plan before `step`; load the version it names (in place into `into`). Returns
+        the version the explorer holds for this step."""
+        decision = await self.client.begin_explorer_step(step)
+        if decision.load is not None:
+            log.info("sync", member=self.client.member_id, step=step, version=decision.load.version, reason=decision.reason)
+            await self.receive(decision.load, into=into)
+        return self.client.held
+
+    async def receive(self, version: Version, into: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        try:
+            if self.cfg.sync_method == "checkpoint":
+                from services.synchronizer.transfer import checkpoint as ckpt
+
+                out = await asyncio.to_thread(
+                    ckpt.load_checkpoint, version.checkpoint_path, version.files or None, into=into
+                )
+            else:
+                out = await self._receive_broadcast(version, into)
+        except errors.TrinityError as exc:
+            await _report_failure(self.client, version.version, exc)
+            raise
+        await self.client.report_sync(version.version, True)
+        return out
+
+    async def _receive_broadcast(self, version: Version, into) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+        from services.synchronizer.transfer import broadcast as bc
+
+        got = await self.client.join_weight_group(version.version)
+        spec = bc.GroupSpec(
+            got.master_address, got.master_port, got.world_size, got.rank, got.group_name, got.backend,
+            self.cfg.sync_timeout,
+        )
+
+        def receive() -> dict[str, torch.Tensor]:
+            with bc.WeightGroup(spec) as group:
+                return group.receive(got.tensors, got.bucket_bytes, into, self.progress)
+
+        return await asyncio.to_thread(receive)
+
+
+async def _report_failure(client: SynchronizerClient, version: int, exc: BaseException) -> None:
+    log.error("weight_sync_failed", member=client.member_id, version=version, error=str(exc))
+    with contextlib.suppress(errors.TrinityError):
+        await client.report_sync(version, False, str(exc))

@@ -1,0 +1,250 @@
+"""Weights as files: atomic safetensors checkpoints with a verified manifest (sync_method checkpoint).
+
+Write (trainer): tensors go to `<root>/.global_step_N.tmp-<id>/model.safetensors` in the
+safetensors format, written by hand from each tensor's own memory (no serialized copy of the whole
+dict) while a second thread hashes the same bytes (SHA-256) and a third flushes finished ranges to
+disk; then `config.json` (optional) and `manifest.json`, fsync of every file and the directory,
+rename to `global_step_N`, fsync of the parent. A reader therefore sees either no directory or a
+complete one. Sync-only checkpoints carry a `SYNC_ONLY` marker and may be pruned; the trainer's
+full checkpoints (no marker) never are.
+
+Load (explorer): check sizes, hash the file through a memory map while the same pages are copied
+into the destination tensors, and refuse the checkpoint if any digest differs from the manifest
+the synchronizer published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from queue import Queue
+
+import torch
+
+from services.common import errors
+from services.synchronizer.ledger import FileEntry
+
+WEIGHTS_FILE = "model.safetensors"
+MANIFEST_FILE = "manifest.json"
+SYNC_ONLY_MARKER = "SYNC_ONLY"
+CHUNK_BYTES = 16 << 20
+
+_ST_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+    torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+}
+
+
+def step_dir(root: str | os.PathLike[str], step: int) -> Path:
+    return Path(root) / f"global_step_{step}"
+
+
+def _byte_view(tensor: torch.Tensor) -> memoryview:
+    """The tensor's bytes without a copy when it is contiguous on CPU (one copy otherwise)."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+
+
+def _header(state_dict: Mapping[str, torch.Tensor]) -> bytes:
+    entries: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, tensor in state_dict.items():
+        if tensor.dtype not in _ST_DTYPES:
+            raise errors.InvalidArgument(f"dtype {tensor.dtype} of {name!r} cannot go into safetensors", field=name)
+        size = tensor.numel() * tensor.element_size()
+        entries[name] = {"dtype": _ST_DTYPES[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(entries, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format wants the data 8-byte aligned
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _write_hashed(path: Path, chunks: Iterable[memoryview]) -> FileEntry:
+    """Write `chunks` to `path`, hashing them in a second thread and flushing behind the writes."""
+    digest = hashlib.sha256()
+    queue: Queue[memoryview | None] = Queue(maxsize=8)
+
+    def hasher() -> None:
+        while (item := queue.get()) is not None:
+            digest.update(item)  # releases the GIL for large buffers
+
+    thread = threading.Thread(target=hasher, daemon=True)
+    thread.start()
+    size = 0
+    flusher = ThreadPoolExecutor(1)
+    try:
+        with open(path, "wb") as out:
+            for chunk in chunks:
+                for start in range(0, len(chunk), CHUNK_BYTES):
+                    piece = chunk[start : start + CHUNK_BYTES]
+                    queue.put(piece)
+                    out.write(piece)
+                    size += len(piece)
+                    if size % (8 * CHUNK_BYTES) < len(piece):  # start writeback every ~128 MiB
+                        out.flush()
+                        flusher.submit(os.fdatasync, out.fileno())
+            out.flush()
+            flusher.shutdown(wait=True)
+            os.fsync(out.fileno())
+    finally:
+        queue.put(None)
+        thread.join()
+        flusher.shutdown(wait=True)
+    return FileEntry(path.name, size, digest.hexdigest())
+
+
+def _write_small(path: Path, data: bytes) -> FileEntry:
+    with open(path, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    return FileEntry(path.name, len(data), hashlib.sha256(data).hexdigest())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(
+    state_dict: Mapping[str, torch.Tensor],
+    root: str | os.PathLike[str],
+    step: int,
+    *,
+    config: Mapping[str, object] | None = None,
+    sync_only: bool = True,
+) -> tuple[Path, tuple[FileEntry, ...]]:
+    """Atomically write `state_dict` as `<root>/global_step_<step>/`; returns (dir, manifest)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f".global_step_{step}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        views = [_byte_view(t) for t in state_dict.values()]
+        files = [_write_hashed(tmp / WEIGHTS_FILE, [memoryview(_header(state_dict)), *views])]
+        if config is not None:
+            files.append(_write_small(tmp / "config.json", json.dumps(dict(config), indent=1).encode()))
+        if sync_only:
+            _write_small(tmp / SYNC_ONLY_MARKER, b"weights written for a sync; may be pruned\n")
+        manifest = {"step": step, "files": [f.__dict__ for f in files]}
+        _write_small(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
+        _fsync_dir(tmp)
+        if final.exists():  # a re-publish of the same step (e.g. after a trainer restart)
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, tuple(files)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> tuple[FileEntry, ...]:
+    """The manifest a checkpoint carries (used when the synchronizer's copy is not at hand)."""
+    data = json.loads((Path(path) / MANIFEST_FILE).read_text())
+    return tuple(FileEntry(**f) for f in data["files"])
+
+
+def verify_files(path: str | os.PathLike[str], files: Iterable[FileEntry]) -> None:
+    """Check size and SHA-256 of every listed file; FailedPrecondition names the first bad one."""
+    for entry in files:
+        _check(Path(path), entry, hash_file=True)
+
+
+def _check(path: Path, entry: FileEntry, *, hash_file: bool) -> Path:
+    target = path / entry.path
+    if not target.is_file():
+        raise errors.FailedPrecondition(f"checkpoint {path} lacks {entry.path}", field="checkpoint_path")
+    size = target.stat().st_size
+    if size != entry.size:
+        raise errors.FailedPrecondition(
+            f"{target} has {size} bytes, the manifest says {entry.size} (incomplete or replaced)", field="files"
+        )
+    if hash_file:
+        with open(target, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            if hashlib.sha256(mapped).hexdigest() != entry.sha256:
+                raise errors.FailedPrecondition(f"{target} does not match its SHA-256 in the manifest", field="files")
+    return target
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    files: Iterable[FileEntry] | None = None,
+    *,
+    into: Mapping[str, torch.Tensor] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Verify and load the weights of a checkpoint.
+
+    `files` is the manifest published by the synchronizer (None: the one in the directory).
+    With `into`, tensors are copied in place into those tensors (names and shapes must match) and
+    `into` is returned; otherwise fresh tensors are returned.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    files = tuple(files) if files is not None else read_manifest(path)
+    weights = next((f for f in files if f.path == WEIGHTS_FILE), None)
+    if weights is None:
+        raise errors.FailedPrecondition(f"manifest of {path} lists no {WEIGHTS_FILE}", field="files")
+    for entry in files:
+        if entry is not weights:
+            _check(path, entry, hash_file=True)
+    target = _check(path, weights, hash_file=False)
+    with ThreadPoolExecutor(1) as pool:  # hash while the same (cached) pages are copied
+        digest = pool.submit(lambda: _check(path, weights, hash_file=True))
+        loaded = load_file(str(target))
+        result = _copy_into(loaded, into) if into is not None else {k: v.clone() for k, v in loaded.items()}
+        digest.result()
+    return result
+
+
+def _copy_into(loaded: Mapping[str, torch.Tensor], into: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    missing = sorted(set(into) - set(loaded))
+    extra = sorted(set(loaded) - set(into))
+    if missing or extra:
+        raise errors.FailedPrecondition(f"checkpoint tensors differ from the model: missing {missing[:5]}, extra {extra[:5]}")
+    with torch.no_grad():
+        for name, dst in into.items():
+            src = loaded[name]
+            if src.shape != dst.shape or src.dtype != dst.dtype:
+                raise errors.FailedPrecondition(
+                    f"{name}: checkpoint has {src.dtype}{list(src.shape)}, model has {dst.dtype}{list(dst.shape)}", field=name
+                )
+            dst.copy_(src)
+    return dict(into)
+
+
+def prune_sync_checkpoints(root: str | os.PathLike[str], *, keep_newest: int, keep_at_least: int) -> list[int]:
+    """Delete sync-only checkpoints except the newest `keep_newest` and any step >= `keep_at_least`
+    (the oldest version a live explorer still holds). Returns the deleted steps."""
+    root = Path(root)
+    steps = sorted(
+        int(p.name.removeprefix("global_step_"))
+        for p in root.glob("global_step_*")
+        if p.name.removeprefix("global_step_").isdigit() and (p / SYNC_ONLY_MARKER).exists()
+    )
+    doomed = [s for s in steps[: max(0, len(steps) - keep_newest)] if s < keep_at_least]
+    for step in doomed:
+        shutil.rmtree(step_dir(root, step), ignore_errors=True)
+    for stale in root.glob(".global_step_*.tmp-*"):  # leftovers of a writer that died
+        shutil.rmtree(stale, ignore_errors=True)
+    return doomed
+
+
+def mark_full_checkpoint(root: str | os.PathLike[str], step: int) -> None:
+    """The trainer keeps this step as a full checkpoint: never prune it."""
+    marker = step_dir(root, step) / SYNC_ONLY_MARKER
+    marker.unlink(missing_ok=True)
