@@ -117,10 +117,10 @@ def _rows(experiences: Sequence[Experience], expert: Sequence[bool]) -> list[_Ro
     for i, exp in enumerate(experiences):
         where = f"experiences[{i}]"
         if exp.chosen is not None and exp.rejected is not None:
-            prompt = np.asarray(exp.tokens, dtype=np.int64)
+            prompt = np.array(exp.tokens, dtype=np.int64)
             pair = len(rows) // 2
-            rows.append(_Row(prompt, np.asarray(exp.chosen, dtype=np.int64), exp, expert[i], pair))
-            rows.append(_Row(prompt, np.asarray(exp.rejected, dtype=np.int64), exp, expert[i], pair))
+            rows.append(_Row(prompt, np.array(exp.chosen, dtype=np.int64), exp, expert[i], pair))
+            rows.append(_Row(prompt, np.array(exp.rejected, dtype=np.int64), exp, expert[i], pair))
             continue
         if exp.tokens is None or exp.tokens.shape[0] == 0:
             raise InvalidArgument(
@@ -128,7 +128,7 @@ def _rows(experiences: Sequence[Experience], expert: Sequence[bool]) -> list[_Ro
             )
         if exp.response_length <= 0:
             raise InvalidArgument("experience has no response tokens", field=f"{where}.prompt_length")
-        tokens = np.asarray(exp.tokens, dtype=np.int64)
+        tokens = np.array(exp.tokens, dtype=np.int64)
         rows.append(_Row(tokens[: exp.prompt_length], tokens[exp.prompt_length :], exp, expert[i]))
     return rows
 
@@ -150,7 +150,7 @@ def _token_field(rows: list[_Row], name: str, width: int) -> Tensor | None:
         return None
     out = torch.zeros(len(rows), width, dtype=torch.float32)
     for i, a in enumerate(arrays):
-        out[i, : a.shape[0]] = torch.from_numpy(np.asarray(a, dtype=np.float32))
+        out[i, : a.shape[0]] = torch.tensor(np.asarray(a, dtype=np.float32))
     return out
 
 
@@ -188,10 +188,10 @@ def build_batch(
         input_ids[i, p : p + lr] = torch.from_numpy(r.response)
         attention[i, p - lp : p + lr] = 1
         mask = r.exp.action_mask if r.pair < 0 and r.exp.action_mask is not None and r.exp.action_mask.shape[0] else None
-        action_mask[i, :lr] = torch.from_numpy(np.asarray(mask, dtype=np.float32)) if mask is not None else 1.0
+        action_mask[i, :lr] = torch.tensor(np.asarray(mask, dtype=np.float32)) if mask is not None else 1.0
         logprobs = r.exp.logprobs if r.pair < 0 else None
         if logprobs is not None and logprobs.shape[0] == lr:
-            old_logprob[i, :lr] = torch.from_numpy(np.asarray(logprobs, dtype=np.float32))
+            old_logprob[i, :lr] = torch.tensor(np.asarray(logprobs, dtype=np.float32))
         else:
             needs_logprob[i] = True
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)

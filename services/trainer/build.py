@@ -46,12 +46,14 @@ def train_dtype(cfg: TrinityConfig) -> str:
 
 def build_engine(cfg: TrinityConfig, *, device: str | None = None) -> Built:
     import torch
+    from transformers.utils import logging as hf_logging
 
     from services.models.loading import load_causal_lm, load_tokenizer
     from services.trainer.algorithms import build_algorithm
     from services.trainer.engine import EngineSettings, TrainEngine, ValueModel
 
     device = device or pick_device()
+    hf_logging.disable_progress_bar()  # checkpoint saves would print tqdm bars into the JSON logs
     algorithm = build_algorithm(cfg.algorithm)
     settings = EngineSettings.from_config(cfg)
     latest = latest_checkpoint(full_checkpoint_root(cfg.run_dir)) if cfg.continue_from_checkpoint else None

@@ -1,0 +1,88 @@
+"""The trainer process: the gRPC TrainerService (GetInfo, SaveCheckpoint) plus the training loop.
+
+`serve(cfg)` starts the server first (health SERVING while the model loads, so `trinity run`
+sees the process alive), builds the engine (resuming the latest checkpoint), connects to the buffer
+(and to the synchronizer when an explorer consumes the weights), then runs the loop. It returns —
+exit code 0 — when total_steps are done or the data ended; SIGTERM finishes the step in progress,
+saves a checkpoint and returns as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from services.common.config.schema import TrinityConfig
+from services.common.errors import FailedPrecondition
+from services.common.logging import get_logger
+from services.common.server import ServiceServer
+from services.common.version import __version__
+from trinity_grpc.trainer.v1 import trainer_pb2 as tpb
+from trinity_grpc.trainer.v1 import trainer_pb2_grpc
+
+log = get_logger("trainer")
+SERVICE_NAME = "trinity_grpc.trainer.v1.TrainerService"
+
+
+class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
+    """Thin: reads the loop's status, asks it to save."""
+
+    def __init__(self, server: ServiceServer) -> None:
+        self.server = server
+        self.loop: Any = None  # TrainerLoop once the model is loaded
+        self.state = "loading"
+
+    async def GetInfo(self, request: tpb.GetInfoRequest, context: Any) -> tpb.GetInfoResponse:  # noqa: N802
+        if self.loop is None:
+            return tpb.GetInfoResponse(info=self.server.info(__version__, state=self.state))
+        s = self.loop.status
+        stats = {"step": float(s.step), "loss": s.loss, "model_version": float(s.model_version),
+                 "tokens_per_s": s.tokens_per_s, "samples": float(self.loop.cursor.samples)}
+        return tpb.GetInfoResponse(info=self.server.info(__version__, stats=stats, state=s.state))
+
+    async def SaveCheckpoint(self, request: tpb.SaveCheckpointRequest, context: Any) -> tpb.SaveCheckpointResponse:  # noqa: N802
+        if self.loop is None:
+            raise FailedPrecondition("the trainer is still loading its model; retry when GetInfo reports a step")
+        path, step = await self.loop.save()
+        return tpb.SaveCheckpointResponse(path=path, step=step)
+
+
+async def make_sink(cfg: TrinityConfig) -> Any:
+    """The synchronizer's weight publisher when an explorer consumes versions, else a NullSink."""
+    from services.trainer.service import NullSink
+
+    if cfg.mode != "both":
+        return NullSink()
+    from services.trainer.publish import connect_sink
+
+    return await connect_sink(cfg)
+
+
+async def serve(cfg: TrinityConfig) -> None:
+    from services.buffer.client import BufferClient
+    from services.common.monitor import make_monitor
+    from services.trainer.build import build_engine
+    from services.trainer.service import TrainerLoop
+
+    server = ServiceServer("trainer", cfg.services)
+    servicer = TrainerServicer(server)
+    server.add(trainer_pb2_grpc.add_TrainerServiceServicer_to_server, servicer, SERVICE_NAME)
+    port = await server.start()
+    log.info("trainer_listening", port=port)
+    serving = asyncio.ensure_future(server.wait())  # returns after SIGTERM/SIGINT or request_stop()
+    try:
+        built = await asyncio.to_thread(build_engine, cfg)
+        async with await BufferClient.connect(cfg.services.buffer.address, services_cfg=cfg.services) as buffer:
+            sink = await make_sink(cfg)
+            loop = TrainerLoop(cfg, built.engine, built.tokenizer, buffer, sink=sink,
+                               monitor=make_monitor(cfg, "trainer"), state=built.state)
+            servicer.loop = loop
+            run = asyncio.ensure_future(loop.run())
+            await asyncio.wait({run, serving}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                log.info("trainer_stopping", step=loop.engine.step)
+                loop.request_stop()
+            await run
+    finally:
+        server.request_stop()
+        await serving

@@ -1,0 +1,107 @@
+"""A real trainer process reading a real buffer process: learning, SIGKILL + restart, resume, RPCs.
+
+One scenario (processes are expensive on a 2-core machine):
+  run 1: 5 fixed batches in the buffer, save_interval 3 → trains steps 1-5, checkpoint at 3, then
+         waits for data; SIGKILL.
+  run 2: resumes at step 3 and must reproduce run 1's step-4 loss on new rows with the same content;
+         never sees a row acked by run 1; SaveCheckpoint/GetInfo answer while it waits; the last
+         batches take it to total_steps and it exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import signal
+import time
+
+import pytest
+
+from services.buffer.client import BufferClient
+from services.common.procs import wait_healthy
+from services.trainer.client import TrainerClient
+from tests.unit.trainer_fakes import experience
+
+PAIRS = [("1+2=", "3"), ("2+2=", "4"), ("3+4=", "7"), ("9+9=", "18")]
+TOTAL_STEPS = 7
+
+
+def _batches(first: int, n: int) -> list:
+    return [experience(p, r, task_id=f"b{b}-{i}") for b in range(first, first + n) for i, (p, r) in enumerate(PAIRS)]
+
+
+def _progress(run_dir: pathlib.Path) -> list[dict]:
+    path = run_dir / "trainer" / "progress.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def _wait_for(predicate, timeout: float, what: str, proc=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"trainer exited ({proc.returncode}) before {what}; log: {proc.log_path}")
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _checkpoints(run_dir: pathlib.Path) -> list[int]:
+    root = run_dir / "checkpoints" / "full"
+    return sorted(int(p.name.split("_")[-1]) for p in root.glob("global_step_*")) if root.exists() else []
+
+
+async def test_trainer_learns_resumes_and_never_retrains_acked_rows(make_config, service_process) -> None:
+    config, data = make_config({
+        "mode": "train",
+        "name": "trainer-it",
+        "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 3e-3}},
+        "buffer": {"batch_size": 4, "lease_s": 60},
+        "trainer": {"total_steps": TOTAL_STEPS, "save_interval": 3, "micro_batch_size": 2, "read_timeout_s": 2},
+        "monitor": {"monitor_type": "tensorboard"},
+    })
+    run_dir = pathlib.Path(data["checkpoint_root_dir"]) / "trinity-grpc" / "trainer-it"
+    buffer_addr = f"127.0.0.1:{data['services']['buffer']['port']}"
+    trainer_addr = f"127.0.0.1:{data['services']['trainer']['port']}"
+    service_process("buffer", config)
+    await wait_healthy(buffer_addr, 60)
+    async with await BufferClient.connect(buffer_addr) as buffer:
+        await buffer.write("experience_buffer", _batches(0, 5))
+
+        # ---- run 1: five steps, then SIGKILL while it waits for more data
+        first = service_process("trainer", config)
+        await _wait_for(lambda: len(_progress(run_dir)) >= 5, 90, "5 steps", first)
+        await _wait_for(lambda: 3 in _checkpoints(run_dir), 10, "checkpoint 3")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        before = _progress(run_dir)
+        assert [r["step"] for r in before] == [1, 2, 3, 4, 5]
+        losses = [r["metrics"]["actor/loss"] for r in before]
+        assert losses[-1] < 0.8 * losses[0], losses  # the same four rows every step: loss goes down
+        acked = {key for r in before for key in r["rows"]}
+
+        # ---- run 2: resumes at 3; two batches with the same content but new ids
+        await buffer.write("experience_buffer", _batches(5, 2))
+        second = service_process("trainer", config)
+        await _wait_for(lambda: len(_progress(run_dir)) >= 7, 90, "2 steps after the restart", second)
+        after = _progress(run_dir)[5:]
+        assert [r["step"] for r in after] == [4, 5]
+        assert after[0]["metrics"]["actor/loss"] == pytest.approx(before[3]["metrics"]["actor/loss"], rel=1e-5)
+        assert after[0]["metrics"]["actor/lr"] == before[3]["metrics"]["actor/lr"]
+
+        async with await TrainerClient.connect(trainer_addr) as trainer:
+            info = await trainer.get_info()
+            assert info.stats["step"] == 5.0
+            path, step = await trainer.save_checkpoint()
+            assert step == 5 and path.endswith("global_step_5")
+
+        await buffer.write("experience_buffer", _batches(7, 2))
+        assert second.wait(90) == 0
+        after = _progress(run_dir)[5:]
+        assert [r["step"] for r in after] == [4, 5, 6, 7]
+        seen_after = [key for r in after for key in r["rows"]]
+        assert not acked & set(seen_after)
+        assert sorted(seen_after) == sorted(f"0/b{b}-{i}/0" for b in range(5, 9) for i in range(4))
+        assert _checkpoints(run_dir) == [5, 6, 7]  # max_checkpoints_to_keep 3
+        assert list((run_dir / "monitor" / "tensorboard" / "trainer").glob("events.out.tfevents.*"))
