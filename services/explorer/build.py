@@ -1,0 +1,94 @@
+"""Build the explorer's parts from the config: engines, wrappers, runner (imports torch)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common.config.schema import TrinityConfig
+from services.explorer.engines.base import BatchingEngine, EnginePool, InferenceEngine
+from services.explorer.model_wrapper import ModelWrapper
+from services.explorer.runner import VersionRef, WorkflowRunner
+
+
+def pick_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def eos_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(model, "generation_config", None)
+    extra = getattr(gen, "eos_token_id", None) if gen is not None else None
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, (list, tuple)):
+        ids.update(int(t) for t in extra)
+    return sorted(ids)
+
+
+def build_engine(cfg: TrinityConfig, tokenizer: Any, index: int, *, model_path: str | None = None) -> InferenceEngine:
+    rm = cfg.explorer.rollout_model
+    path = model_path or cfg.model.model_path
+    dtype = rm.dtype if rm.dtype != "auto" else cfg.model.dtype
+    if rm.engine_type in ("vllm", "vllm_async"):
+        from services.explorer.engines.vllm_engine import VLLMEngine
+
+        return VLLMEngine(
+            path, tensor_parallel_size=rm.tensor_parallel_size, gpu_memory_utilization=rm.gpu_memory_utilization,
+            dtype=dtype, seed=rm.seed + index, max_model_len=cfg.model.effective_max_model_len,
+            max_batch_size=rm.max_batch_size,
+        )
+    from services.explorer.engines.transformers_engine import TransformersEngine
+    from services.models.loading import load_causal_lm
+
+    model = load_causal_lm(path, dtype=dtype, device=pick_device(), seed=cfg.model.seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return TransformersEngine(
+        model, eos_token_ids=eos_ids(tokenizer, model), pad_token_id=pad, max_batch_size=rm.max_batch_size,
+        seed=rm.seed + index,
+    )
+
+
+def build_pool(cfg: TrinityConfig, tokenizer: Any) -> EnginePool:
+    rm = cfg.explorer.rollout_model
+    return EnginePool([
+        BatchingEngine(build_engine(cfg, tokenizer, i), max_batch_size=rm.max_batch_size, name=f"engine-{i}")
+        for i in range(rm.engine_num)
+    ])
+
+
+def build_runner(cfg: TrinityConfig, pool: EnginePool, tokenizer: Any, version: VersionRef, auxiliary: list[Any]) -> WorkflowRunner:
+    rm = cfg.explorer.rollout_model
+
+    def wrapper(i: int) -> ModelWrapper:
+        return ModelWrapper(
+            pool[i % len(pool)], tokenizer,
+            max_prompt_tokens=cfg.model.max_prompt_tokens, max_response_tokens=cfg.model.max_response_tokens,
+            min_response_tokens=cfg.model.min_response_tokens, enable_history=rm.enable_history,
+            chat_template=cfg.model.custom_chat_template, version_fn=version, model_name=cfg.model.model_path,
+        )
+
+    return WorkflowRunner(
+        wrapper, slots=cfg.explorer.runner_per_model * len(pool), max_timeout=cfg.explorer.max_timeout,
+        max_retry_times=cfg.explorer.max_retry_times, version_fn=version, auxiliary_models=auxiliary,
+    )
+
+
+def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
+    """OpenAI clients for explorer.auxiliary_models (each served on loopback); returns (clients, closables)."""
+    from services.models.loading import load_tokenizer
+
+    clients, owned = [], []
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        tokenizer = load_tokenizer(aux.model_path)
+        engine = BatchingEngine(build_engine(cfg, tokenizer, 1000 + i, model_path=aux.model_path), name=f"aux-{i}")
+        wrapper = ModelWrapper(
+            engine, tokenizer, max_prompt_tokens=cfg.model.max_prompt_tokens,
+            max_response_tokens=cfg.model.max_response_tokens, model_name=aux.model_path,
+        )
+        clients.append(wrapper.get_openai_client())
+        owned.extend([wrapper, engine])
+    return clients, owned

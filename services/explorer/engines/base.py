@@ -1,0 +1,236 @@
+"""The one interface every inference engine implements, and the request batcher in front of it.
+
+An engine turns token-id prompts into sampled responses with the per-token logprobs of the
+sampled tokens *under the sampling distribution* (temperature, top-k and top-p applied), so the
+trainer's importance ratio starts at exactly 1 for on-policy data. Engines are synchronous and
+single-threaded; `BatchingEngine` gives them a thread of their own and merges the requests of
+concurrent workflows (sync ones in threads, async ones on the event loop) into large batches,
+which is where the throughput comes from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from services.common.errors import InvalidArgument, Unavailable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling arguments (Trinity's rollout_args / vLLM's names).
+
+    top_k 0 (or -1) and top_p 1.0 disable those filters; temperature 0 is greedy (logprobs then
+    come from the untempered distribution).
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 512
+    min_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise InvalidArgument(f"n must be >= 1, got {self.n}", field="rollout_args.n")
+        if self.temperature < 0:
+            raise InvalidArgument(f"temperature must be >= 0, got {self.temperature}", field="rollout_args.temperature")
+        if not 0 < self.top_p <= 1:
+            raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}", field="rollout_args.top_p")
+        if self.max_tokens < 1:
+            raise InvalidArgument(f"max_tokens must be >= 1, got {self.max_tokens}", field="rollout_args.max_tokens")
+
+    @property
+    def batch_key(self) -> tuple[Any, ...]:
+        """Requests whose keys are equal can share one generation batch."""
+        return (self.temperature, self.top_p, max(self.top_k, 0), self.max_tokens, self.min_tokens)
+
+
+@dataclass
+class GenerationOutput:
+    """One sampled response. response_ids include the EOS token when the model stopped on it."""
+
+    prompt_ids: list[int]
+    response_ids: np.ndarray  # int64 [R]
+    logprobs: np.ndarray  # float32 [R]
+    finish_reason: str = "length"  # "stop" (EOS) or "length" (max_tokens)
+
+
+class InferenceEngine(ABC):
+    """A model that samples. Not thread-safe: BatchingEngine serializes every call."""
+
+    max_batch_size: int = 256
+
+    @abstractmethod
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """For each prompt, `params.n` samples."""
+
+    @abstractmethod
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Replace the weights (names as in the trainer's state dict)."""
+
+    def load_checkpoint(self, path: str) -> None:
+        """Load weights from a checkpoint directory of safetensors files."""
+        from services.explorer.engines.weights import iter_checkpoint_tensors
+
+        self.update_weights(iter_checkpoint_tensors(path))
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the model."""
+
+
+@dataclass
+class _Request:
+    prompts: list[list[int]]
+    params: SamplingParams
+    future: concurrent.futures.Future[list[list[GenerationOutput]]] = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class EngineStats:
+    """Counters since start: generated tokens and seconds the engine spent generating."""
+
+    generated_tokens: int = 0
+    busy_s: float = 0.0
+    batches: int = 0
+    sequences: int = 0
+
+
+class BatchingEngine:
+    """Runs one engine on its own thread; concurrent requests with equal sampling settings share a batch."""
+
+    def __init__(self, engine: InferenceEngine, *, max_batch_size: int | None = None, name: str = "engine-0") -> None:
+        self.engine = engine
+        self.max_batch_size = max_batch_size or engine.max_batch_size
+        self.stats = EngineStats()
+        self._queue: queue.Queue[_Request | None] = queue.Queue()
+        self._lock = threading.Lock()  # held while generating or changing weights
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, prompts: list[list[int]], params: SamplingParams) -> concurrent.futures.Future[list[list[GenerationOutput]]]:
+        if self._closed:
+            raise Unavailable("the inference engine is closed")
+        request = _Request(prompts, params)
+        self._queue.put(request)
+        return request.future
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        """Blocking form (for sync workflows, which run in threads)."""
+        return self.submit(prompts, params).result()
+
+    async def generate_async(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        return await asyncio.wrap_future(self.submit(prompts, params))
+
+    def with_weights_locked(self, fn: Callable[[InferenceEngine], Any]) -> Any:
+        """Run `fn(engine)` while no batch is generating (weight updates, checkpoint loads)."""
+        with self._lock:
+            return fn(self.engine)
+
+    async def update_weights_async(self, fn: Callable[[InferenceEngine], Any]) -> Any:
+        return await asyncio.to_thread(self.with_weights_locked, fn)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+            self.engine.close()
+
+    # --- worker thread -------------------------------------------------------------------------
+
+    def _drain(self, first: _Request) -> list[_Request]:
+        pending = [first]
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return pending
+            if item is None:
+                self._queue.put(None)  # keep the stop signal for the loop
+                return pending
+            pending.append(item)
+
+    def _loop(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            pending = self._drain(first)
+            groups: dict[tuple[Any, ...], list[_Request]] = {}
+            for request in pending:
+                if request.future.set_running_or_notify_cancel():
+                    groups.setdefault(request.params.batch_key, []).append(request)
+            for requests in groups.values():
+                self._run_group(requests)
+
+    def _run_group(self, requests: list[_Request]) -> None:
+        """Expand n into separate sequences so requests with different n still share a batch."""
+        flat: list[list[int]] = []
+        owners: list[tuple[int, int]] = []  # (request index, prompt index) per flat row
+        for r_idx, request in enumerate(requests):
+            for p_idx, prompt in enumerate(request.prompts):
+                for _ in range(request.params.n):
+                    flat.append(prompt)
+                    owners.append((r_idx, p_idx))
+        params = replace(requests[0].params, n=1)
+        try:
+            outputs: list[GenerationOutput] = []
+            for start in range(0, len(flat), self.max_batch_size):
+                chunk = flat[start : start + self.max_batch_size]
+                t0 = time.perf_counter()
+                with self._lock:
+                    results = self.engine.generate_batch(chunk, params)
+                outputs.extend(r[0] for r in results)
+                self.stats.busy_s += time.perf_counter() - t0
+                self.stats.batches += 1
+                self.stats.sequences += len(chunk)
+                self.stats.generated_tokens += sum(int(r[0].response_ids.shape[0]) for r in results)
+        except BaseException as exc:  # noqa: BLE001 - delivered to every waiting caller
+            for request in requests:
+                request.future.set_exception(exc)
+            return
+        per_request: list[list[list[GenerationOutput]]] = [[[] for _ in r.prompts] for r in requests]
+        for (r_idx, p_idx), output in zip(owners, outputs, strict=True):
+            per_request[r_idx][p_idx].append(output)
+        for request, result in zip(requests, per_request, strict=True):
+            request.future.set_result(result)
+
+
+class EnginePool:
+    """engine_num batching engines; runner slot i uses engine i % engine_num."""
+
+    def __init__(self, engines: list[BatchingEngine]) -> None:
+        if not engines:
+            raise InvalidArgument("at least one engine is needed", field="explorer.rollout_model.engine_num")
+        self.engines = engines
+
+    def __len__(self) -> int:
+        return len(self.engines)
+
+    def __getitem__(self, index: int) -> BatchingEngine:
+        return self.engines[index]
+
+    def total_stats(self) -> EngineStats:
+        total = EngineStats()
+        for engine in self.engines:
+            total.generated_tokens += engine.stats.generated_tokens
+            total.busy_s += engine.stats.busy_s
+            total.batches += engine.stats.batches
+            total.sequences += engine.stats.sequences
+        return total
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()

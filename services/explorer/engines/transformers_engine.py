@@ -1,0 +1,147 @@
+"""The default engine: batched sampling with a KV cache on any transformers causal LM, CPU or GPU.
+
+A hand-written loop rather than `model.generate` (with an implicit GenerationConfig that may
+add top_k=50): it makes sampling explicit (temperature, then top-k, then top-p; logprobs are
+taken under the tempered distribution, see sample_tokens), masks after the first EOS, and costs nothing per step beyond one forward pass. Prompts are left-padded; position
+ids come from the attention mask so padding does not shift positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams
+from services.explorer.engines.weights import copy_into_module
+
+
+def sample_tokens(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    banned: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of logits [B, V]; returns (tokens [B], logprobs [B]).
+
+    The token is drawn from softmax(logits / T) restricted by top-k, top-p and `banned` (EOS
+    before min_tokens). The logprob reported is log_softmax(logits / T) of that token: temperature
+    applied, filters not, which is what the trainer recomputes from a forward pass, so the
+    importance ratio of on-policy data starts at 1. temperature 0 is greedy with T = 1 logprobs.
+    """
+    logits = logits.float()
+    if params.temperature == 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        masked = logits if banned is None else logits.index_fill(-1, banned, float("-inf"))
+        tokens = masked.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+    logits = logits / params.temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    if banned is not None:
+        logits = logits.index_fill(-1, banned, float("-inf"))
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass before it already reaches top_p (the first token always stays)
+        remove_sorted = (probs.cumsum(dim=-1) - probs) >= params.top_p
+        remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+        logits = logits.masked_fill(remove, float("-inf"))
+    tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class TransformersEngine(InferenceEngine):
+    """Wraps a loaded `AutoModelForCausalLM` (eval mode, no grad)."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        eos_token_ids: Iterable[int],
+        pad_token_id: int,
+        max_batch_size: int = 256,
+        seed: int = 42,
+    ) -> None:
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.eos_token_ids = sorted(set(int(t) for t in eos_token_ids))
+        if not self.eos_token_ids:
+            raise ValueError("the tokenizer has no EOS token; generation could never stop")
+        self.pad_token_id = int(pad_token_id)
+        self.max_batch_size = max_batch_size
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self._eos = torch.tensor(self.eos_token_ids, device=self.device)
+
+    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+        flat = [p for p in prompts for _ in range(params.n)]
+        outputs: list[GenerationOutput] = []
+        for start in range(0, len(flat), self.max_batch_size):
+            outputs.extend(self._generate(flat[start : start + self.max_batch_size], params))
+        return [outputs[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    @torch.inference_mode()
+    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+        batch, width = len(prompts), max(len(p) for p in prompts)
+        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((batch, width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention[row, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        tokens = torch.full((batch, params.max_tokens), self.pad_token_id, dtype=torch.long, device=self.device)
+        logprobs = torch.zeros((batch, params.max_tokens), dtype=torch.float32, device=self.device)
+        finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        lengths = torch.full((batch,), params.max_tokens, dtype=torch.long, device=self.device)
+        past, step_ids, step_pos, steps = None, input_ids, positions, 0
+        for t in range(params.max_tokens):
+            out = self.model(
+                input_ids=step_ids, attention_mask=attention, position_ids=step_pos, past_key_values=past, use_cache=True
+            )
+            past = out.past_key_values
+            banned = self._eos if t < params.min_tokens else None
+            new, new_lp = sample_tokens(out.logits[:, -1, :], params, self.generator, banned)
+            new = torch.where(finished, torch.full_like(new, self.pad_token_id), new)
+            tokens[:, t], logprobs[:, t], steps = new, new_lp, t + 1
+            stopped = torch.isin(new, self._eos) & ~finished
+            lengths = torch.where(stopped, torch.full_like(lengths, t + 1), lengths)
+            finished |= stopped
+            if bool(finished.all()):
+                break
+            attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=self.device)], dim=1)
+            step_ids, step_pos = new[:, None], step_pos[:, -1:] + 1
+        tokens_np = tokens[:, :steps].cpu().numpy()
+        logprobs_np = logprobs[:, :steps].cpu().numpy()
+        lengths_np, finished_np = lengths.clamp(max=steps).cpu().numpy(), finished.cpu().numpy()
+        return [
+            GenerationOutput(
+                prompt_ids=list(prompts[row]),
+                response_ids=tokens_np[row, : lengths_np[row]].astype(np.int64),
+                logprobs=logprobs_np[row, : lengths_np[row]].astype(np.float32),
+                finish_reason="stop" if finished_np[row] else "length",
+            )
+            for row in range(batch)
+        ]
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        copy_into_module(self.model, named_tensors)
+
+    def close(self) -> None:
+        self.model = None
+
+
+def sequence_logprobs(model: Any, tokens: list[int], prompt_length: int, temperature: float = 1.0) -> np.ndarray:
+    """Logprobs of tokens[prompt_length:] under `model` (one forward pass); used by tests and checks."""
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        ids = torch.tensor([tokens], dtype=torch.long, device=device)
+        logits = model(input_ids=ids).logits[0, prompt_length - 1 : -1].float()
+        if temperature > 0:
+            logits = logits / temperature
+        logp = torch.log_softmax(logits, dim=-1)
+        return logp.gather(-1, ids[0, prompt_length:, None]).squeeze(-1).cpu().numpy()

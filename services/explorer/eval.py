@@ -1,0 +1,99 @@
+"""Evaluation: run eval tasksets with the weights held and score them as mean@k / best@k / worst@k.
+
+For every numeric quantity of the rollouts (the reward and each workflow metric such as
+`accuracy`), with k samples per task: mean@k is the mean over tasks of the mean over samples,
+best@k the mean over tasks of the best sample, worst@k of the worst. Keys are
+`eval/<taskset>/<metric>/mean@<k>`; eval experiences are never written to the buffer.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from services.common.logging import get_logger
+from services.explorer.runner import UnitResult, WorkflowRunner
+
+log = get_logger("explorer.eval")
+
+
+def score_results(taskset: str, results: Sequence[UnitResult]) -> dict[str, float]:
+    """mean@k / best@k / worst@k per metric over the tasks of one taskset (skipped units count as no sample)."""
+    per_task: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for result in results:
+        key = result.task.task_id or str(result.task.index)
+        per_task[key]  # a task whose every rollout was skipped still counts, with reward 0
+        for exp in result.experiences:
+            per_task[key]["reward"].append(float(exp.reward or 0.0))
+            for name, value in exp.metrics.items():
+                per_task[key][name].append(float(value))
+    if not per_task:
+        return {}
+    k = max((len(v["reward"]) for v in per_task.values()), default=0) or 1
+    names = sorted({name for metrics in per_task.values() for name in metrics} | {"reward"})
+    scores: dict[str, float] = {}
+    for name in names:
+        samples = [metrics.get(name) or [0.0] for metrics in per_task.values()]
+        scores[f"eval/{taskset}/{name}/mean@{k}"] = float(np.mean([np.mean(s) for s in samples]))
+        if k > 1:
+            scores[f"eval/{taskset}/{name}/best@{k}"] = float(np.mean([np.max(s) for s in samples]))
+            scores[f"eval/{taskset}/{name}/worst@{k}"] = float(np.mean([np.min(s) for s in samples]))
+    scores[f"eval/{taskset}/tasks"] = float(len(per_task))
+    return scores
+
+
+class Evaluator:
+    """Reads each eval taskset from its first batch to its end and runs it on the runner."""
+
+    def __init__(
+        self,
+        *,
+        buffer: Any,
+        runner: WorkflowRunner,
+        tasksets: Sequence[Any],
+        resolve: Callable[[Any, int], Any],
+        reader_id: str,
+        batch_size: int,
+    ) -> None:
+        self.buffer = buffer
+        self.runner = runner
+        self.tasksets = list(tasksets)
+        self.resolve = resolve
+        self.reader_id = reader_id
+        self.batch_size = batch_size
+
+    @property
+    def names(self) -> list[str]:
+        return [ts.name for ts in self.tasksets]
+
+    async def evaluate(self, step: int, names: Sequence[str] | None = None) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for taskset in self.tasksets:
+            if names and taskset.name not in names:
+                continue
+            results = await self._run_taskset(taskset.name, step)
+            scores.update(score_results(taskset.name, results))
+        if scores:
+            log.info("evaluated", step=step, **{k: round(v, 4) for k, v in scores.items()})
+        return scores
+
+    async def _run_taskset(self, name: str, step: int) -> list[UnitResult]:
+        results: list[UnitResult] = []
+        rewind, first_epoch = True, None
+        while True:
+            batch = await self.buffer.read_tasks(name, self.batch_size, reader_id=self.reader_id, rewind=rewind)
+            rewind = False
+            if first_epoch is None:
+                first_epoch = batch.epoch
+            if not batch.tasks or batch.epoch != first_epoch:
+                break
+            results.extend(await self.runner.run_tasks([self.resolve(t, step) for t in batch.tasks]))
+            if batch.end_of_data:
+                break
+        return results
+
+
+EvalFn = Callable[[int], Awaitable[dict[str, float]]]

@@ -1,0 +1,312 @@
+"""The explorer's step loop (gRPC-free): read tasks, sync weights, roll out, process, write, report.
+
+One step:
+1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, so
+   a restarted explorer resumes at the next unread batch. Step = batch_index + 1.
+2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
+3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
+4. Experience pipeline (filters, shaping, optional group advantages).
+5. Write to the experience buffer in chunks with idempotency keys derived from (explorer, step,
+   chunk), so a retried or replayed write adds nothing.
+6. Pass-rate feedback for difficulty-based task selection; metrics to the monitor; a log line.
+Eval runs at start (eval_on_startup, fresh runs only) and every eval_interval steps. At end of
+data the explorer closes its writer on the experience buffer so the trainer sees the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+import numpy as np
+
+from services.common.config.schema import TrinityConfig
+from services.common.errors import InvalidArgument
+from services.common.experience import Experience
+from services.common.experience import Task as WireTask
+from services.common.logging import get_logger
+from services.explorer.eval import Evaluator
+from services.explorer.pipeline import ExperiencePipeline
+from services.explorer.rewards import REWARD_FUNCTIONS
+from services.explorer.runner import UnitResult, WorkflowRunner
+from services.explorer.workflows import WORKFLOWS, Task
+
+log = get_logger("explorer")
+WRITE_CHUNK = 256
+
+
+class WeightLoader(Protocol):
+    async def load(self, version: int, checkpoint_path: str) -> None:
+        """Make every engine hold `version` (from the checkpoint directory, or the weight group when empty)."""
+
+
+class TaskResolver:
+    """Wire tasks -> workflow tasks: workflow class, reward fn, and the taskset's config as defaults."""
+
+    def __init__(self, cfg: TrinityConfig) -> None:
+        self.cfg = cfg
+        inputs = cfg.buffer.explorer_input
+        self.train = inputs.taskset
+        self.sections = {ts.name: ts for ts in ([inputs.taskset] if inputs.taskset else []) + list(inputs.eval_tasksets)}
+
+    def _section(self, wire: WireTask) -> Any:
+        if wire.taskset in self.sections:
+            return self.sections[wire.taskset]
+        return self.train if not wire.is_eval else None
+
+    def repeat_times(self, wire: WireTask, section: Any) -> int:
+        if section is not None and section.repeat_times:
+            return section.repeat_times
+        return self.cfg.algorithm.repeat_times if not wire.is_eval else 1
+
+    def __call__(self, wire: WireTask, batch_id: int) -> Task:
+        section = self._section(wire)
+        inputs = self.cfg.buffer.explorer_input
+        workflow_name = (
+            wire.workflow
+            or (section.default_workflow_type if section else None)
+            or inputs.default_workflow_type
+            or self.cfg.buffer.default_workflow_type
+        )
+        if not workflow_name:
+            raise InvalidArgument(
+                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set "
+                "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow)",
+                field="buffer.explorer_input.taskset.default_workflow_type",
+            )
+        reward_name = (
+            wire.reward_fn
+            or (section.default_reward_fn_type if section else None)
+            or inputs.default_reward_fn_type
+            or self.cfg.buffer.default_reward_fn_type
+        )
+        defaults: dict[str, Any] = {}
+        if section is not None:
+            defaults = {
+                "format": section.format.model_dump(exclude_unset=True),
+                "rollout_args": dict(section.rollout_args),
+                "workflow_args": dict(section.workflow_args),
+                "reward_fn_args": dict(section.reward_fn_args),
+            }
+        task = Task.from_wire(
+            wire,
+            workflow=WORKFLOWS.get(workflow_name, field="default_workflow_type"),
+            reward_fn=REWARD_FUNCTIONS.get(reward_name, field="default_reward_fn_type") if reward_name else None,
+            defaults=defaults,
+            batch_id=batch_id,
+        )
+        task.repeat_times = self.repeat_times(wire, section)
+        return task
+
+
+def rollout_metrics(results: list[UnitResult], exps: list[Experience], seconds: float) -> dict[str, float]:
+    """Step metrics before the pipeline: rewards, lengths, tokens/s, task times, failures."""
+    rewards = np.array([e.reward for e in exps if e.reward is not None], dtype=np.float64)
+    lengths = np.array([e.response_length for e in exps], dtype=np.float64)
+    times = np.array([r.seconds for r in results], dtype=np.float64)
+    metrics = {
+        "rollout/experiences": float(len(exps)),
+        "rollout/reward/mean": float(rewards.mean()) if rewards.size else 0.0,
+        "rollout/reward/std": float(rewards.std()) if rewards.size else 0.0,
+        "rollout/reward/max": float(rewards.max()) if rewards.size else 0.0,
+        "rollout/reward/min": float(rewards.min()) if rewards.size else 0.0,
+        "rollout/response_length/mean": float(lengths.mean()) if lengths.size else 0.0,
+        "rollout/response_length/max": float(lengths.max()) if lengths.size else 0.0,
+        "rollout/tokens_per_s": float(lengths.sum() / seconds) if seconds > 0 else 0.0,
+        "rollout/task_time/mean": float(times.mean()) if times.size else 0.0,
+        "rollout/task_time/max": float(times.max()) if times.size else 0.0,
+        "rollout/timeouts": float(sum(r.timeouts for r in results)),
+        "rollout/retries": float(sum(r.retries for r in results)),
+        "rollout/skipped": float(sum(r.skipped for r in results)),
+        "time/rollout_s": seconds,
+    }
+    names = {name for e in exps for name in e.metrics}
+    for name in sorted(names):
+        values = [e.metrics[name] for e in exps if name in e.metrics]
+        metrics[f"rollout/{name}/mean"] = float(np.mean(values))
+    return metrics
+
+
+def pass_rates(results: list[UnitResult]) -> dict[str, float]:
+    """Per task: mean `accuracy` metric when the workflow reports one, else the share of rewards > 0."""
+    outcomes: dict[str, list[float]] = {}
+    for result in results:
+        bucket = outcomes.setdefault(result.task.task_id, [])
+        bucket.extend(
+            float(e.metrics["accuracy"]) if "accuracy" in e.metrics else float((e.reward or 0.0) > 0)
+            for e in result.experiences
+        )
+        if result.skipped:
+            bucket.append(0.0)
+    return {task_id: float(np.mean(v)) for task_id, v in outcomes.items() if v}
+
+
+class Explorer:
+    """See the module docstring. Clients and engines are injected (tests use fakes or real servers)."""
+
+    def __init__(
+        self,
+        cfg: TrinityConfig,
+        *,
+        buffer: Any,
+        sync: Any,
+        runner: WorkflowRunner,
+        weights: WeightLoader,
+        monitor: Any,
+        engine_stats: Any = None,
+    ) -> None:
+        self.cfg = cfg
+        self.name = cfg.explorer.name
+        self.buffer = buffer
+        self.sync = sync
+        self.runner = runner
+        self.weights = weights
+        self.monitor = monitor
+        self.engine_stats = engine_stats
+        self.resolve = TaskResolver(cfg)
+        dp = cfg.data_processor.experience_pipeline
+        self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
+        inputs = cfg.buffer.explorer_input
+        self.taskset = inputs.taskset
+        self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name
+        self.evaluator = Evaluator(
+            buffer=buffer, runner=runner, tasksets=inputs.eval_tasksets, resolve=self.resolve,
+            reader_id=f"{self.name}-eval", batch_size=cfg.buffer.batch_size,
+        )
+        self.step = 0
+        self.state = "starting"
+        self.written = 0
+        self.weights_lock = asyncio.Lock()
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def model_version(self) -> int:
+        """The version the engines hold; the runner stamps it on every experience."""
+        return int(self.runner.version_fn())
+
+    @model_version.setter
+    def model_version(self, value: int) -> None:
+        self.runner.version_fn.value = value  # type: ignore[attr-defined]
+
+    # --- weights ---------------------------------------------------------------------------------
+
+    async def sync_before(self, step: int) -> float:
+        """Ask the synchronizer; load the version it names. Returns seconds spent."""
+        t0 = time.perf_counter()
+        self.state = "waiting_for_sync"
+        decision = await self.sync.begin_explorer_step(self.name, step, self.model_version)
+        if decision.must_sync and decision.load_version is not None:
+            await self.load_version(decision.load_version.version, decision.load_version.checkpoint_path)
+        return time.perf_counter() - t0
+
+    async def load_version(self, version: int, checkpoint_path: str) -> None:
+        async with self.weights_lock:
+            self.state = "syncing"
+            try:
+                await self.weights.load(version, checkpoint_path)
+            except Exception as exc:
+                await self.sync.report_sync(self.name, version, False, f"{type(exc).__name__}: {exc}")
+                raise
+            previous, self.model_version = self.model_version, version
+            await self.sync.report_sync(self.name, version, True, "")
+            log.info("weights_loaded", version=version, previous=previous, source=checkpoint_path or "weight group")
+
+    # --- steps -----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Steps until the taskset ends, then close the writer on the experience buffer."""
+        if self.taskset is None:
+            raise InvalidArgument("explore mode needs buffer.explorer_input.taskset", field="buffer.explorer_input.taskset")
+        await self.buffer.open_writer(self.experience_buffer, self.name)
+        first = True
+        while True:
+            self.state = "reading_tasks"
+            batch = await self.buffer.read_tasks(self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name)
+            if batch.end_of_data and not batch.tasks:
+                break
+            step = int(batch.batch_index) + 1
+            if first and step == 1 and self.cfg.explorer.eval_on_startup and self.evaluator.tasksets:
+                await self.evaluate(0)
+            first = False
+            sync_s = await self.sync_before(step)
+            await self.explore_step(step, batch.tasks, extra={"time/sync_s": sync_s, "rollout/epoch": float(batch.epoch)})
+            if self.evaluator.tasksets and step % self.cfg.explorer.eval_interval == 0:
+                await self.evaluate(step)
+            if batch.end_of_data:
+                break
+        self.state = "finished"
+        await self.buffer.close_writer(self.experience_buffer, self.name)
+        log.info("explorer_finished", steps=self.step, experiences=self.written, model_version=self.model_version)
+
+    async def explore_step(self, step: int, wire_tasks: list[WireTask], extra: dict[str, float] | None = None) -> dict[str, float]:
+        self.state = "exploring"
+        t0 = time.perf_counter()
+        tasks = [self.resolve(w, step) for w in wire_tasks]
+        results = await self.runner.run_tasks(tasks)
+        rollout_s = time.perf_counter() - t0
+        exps: list[Experience] = []
+        for result in results:
+            for exp in result.experiences:
+                exp.group_id = f"{self.name}/{step}/{result.task.taskset}/{result.task.task_id}"
+                exp.batch_id, exp.producer = step, self.name
+                exps.append(exp)
+        metrics = rollout_metrics(results, exps, rollout_s)
+        exps, pipeline_metrics = self.pipeline.process(exps)
+        t_write = time.perf_counter()
+        await self.write(step, exps)
+        metrics.update(pipeline_metrics)
+        metrics.update(extra or {})
+        metrics.update({
+            "rollout/model_version": float(self.model_version),
+            "rollout/written": float(len(exps)),
+            "time/write_s": time.perf_counter() - t_write,
+            "time/step_s": time.perf_counter() - t0,
+        })
+        await self.report_feedback(results)
+        self.step, self.last_metrics = step, metrics
+        self.monitor.log(metrics, step)
+        log.info(
+            "explore_step", step=step, reward_mean=round(metrics["rollout/reward/mean"], 4),
+            tokens_per_s=round(metrics["rollout/tokens_per_s"], 1), model_version=self.model_version,
+            experiences=len(exps), skipped=int(metrics["rollout/skipped"]), step_s=round(metrics["time/step_s"], 3),
+        )
+        return metrics
+
+    async def write(self, step: int, exps: list[Experience]) -> None:
+        """Chunks with deterministic idempotency keys: a retry or a replayed step writes nothing twice."""
+        chunk = min(WRITE_CHUNK, self.cfg.buffer.max_batch_items)
+        for part, start in enumerate(range(0, len(exps), chunk)):
+            key = f"{self.name}:{self.taskset.name if self.taskset else ''}:step{step}:part{part}"
+            await self.buffer.write(self.experience_buffer, exps[start : start + chunk], idempotency_key=key, writer_id=self.name)
+        self.written += len(exps)
+
+    async def report_feedback(self, results: list[UnitResult]) -> None:
+        if self.taskset is None or self.taskset.task_selector.selector_type != "difficulty_based":
+            return
+        rates = pass_rates(results)
+        if rates:
+            await self.buffer.report_task_feedback(self.taskset.name, rates)
+
+    async def evaluate(self, step: int, names: list[str] | None = None) -> dict[str, float]:
+        async with self.weights_lock:
+            previous, self.state = self.state, "evaluating"
+            try:
+                scores = await self.evaluator.evaluate(step, names)
+            finally:
+                self.state = previous
+        if scores:
+            self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
+        return scores
+
+    async def bench(self, checkpoints: list[tuple[int, str]]) -> dict[int, dict[str, float]]:
+        """bench mode: evaluate each checkpoint in order (the current weights when there is none)."""
+        if not checkpoints:
+            return {self.model_version: await self.evaluate(self.model_version)}
+        out = {}
+        for version, path in checkpoints:
+            async with self.weights_lock:
+                await self.weights.load(version, path)
+                self.model_version = version
+            out[version] = await self.evaluate(version)
+        return out

@@ -1,0 +1,214 @@
+"""ModelWrapper: what a workflow calls to sample from the policy (Trinity-RFT's interface).
+
+`chat(messages, **rollout_args)` / `generate(prompts, **rollout_args)` return `Experience`
+objects (response_text, tokens = prompt + response, prompt_length, logprobs of the response,
+model_version), n per prompt. `chat_async` / `generate_async` are the same for async workflows.
+`get_openai_client()` serves an OpenAI-compatible HTTP API on loopback for agent code; with
+`enable_history` every call is recorded and `extract_experience_from_history()` turns the calls
+into experiences.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from services.common.errors import InvalidArgument
+from services.common.experience import ChatMessage, Experience
+from services.explorer.engines.base import BatchingEngine, GenerationOutput, SamplingParams
+
+_SAMPLING_KEYS = {"n", "temperature", "top_p", "top_k", "max_tokens", "min_tokens"}
+_IGNORED_KEYS = {"logprobs", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "max_completion_tokens"}
+
+
+def plain_chat_format(messages: list[dict[str, Any]]) -> str:
+    """Fallback when the tokenizer has no chat template: "role: content" lines, then "assistant: "."""
+    lines = [f"{m['role']}: {m.get('content') or ''}" for m in messages]
+    return "\n".join(lines) + "\nassistant: "
+
+
+class ModelWrapper:
+    """The policy as a workflow sees it. One per runner slot; engines are shared."""
+
+    def __init__(
+        self,
+        engine: BatchingEngine,
+        tokenizer: Any,
+        *,
+        max_prompt_tokens: int = 1024,
+        max_response_tokens: int = 512,
+        min_response_tokens: int = 0,
+        enable_history: bool = False,
+        chat_template: str | None = None,
+        version_fn: Callable[[], int] = lambda: 0,
+        model_name: str = "policy",
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_response_tokens = max_response_tokens
+        self.min_response_tokens = min_response_tokens
+        self.enable_history = enable_history
+        self.chat_template = chat_template
+        self._version_fn = version_fn
+        self.model_name = model_name
+        self.history: list[Experience] = []
+        self._history_lock = threading.Lock()
+        self._openai_server: Any = None
+
+    @property
+    def model_version(self) -> int:
+        return self._version_fn()
+
+    # --- prompts ---------------------------------------------------------------------------------
+
+    def sampling_params(self, **kwargs: Any) -> SamplingParams:
+        """Trinity/vLLM-style rollout args -> SamplingParams (unknown keys are an error)."""
+        unknown = set(kwargs) - _SAMPLING_KEYS - _IGNORED_KEYS
+        if unknown:
+            raise InvalidArgument(f"unknown rollout args {sorted(unknown)}; allowed: {sorted(_SAMPLING_KEYS)}", field="rollout_args")
+        if kwargs.get("max_tokens") is None and kwargs.get("max_completion_tokens") is not None:
+            kwargs["max_tokens"] = kwargs["max_completion_tokens"]
+        args = {k: v for k, v in kwargs.items() if k in _SAMPLING_KEYS and v is not None}
+        args.setdefault("max_tokens", self.max_response_tokens)
+        args.setdefault("min_tokens", self.min_response_tokens)
+        args["max_tokens"] = min(int(args["max_tokens"]), self.max_response_tokens)
+        args["top_k"] = max(int(args.get("top_k", 0)), 0)
+        return SamplingParams(**args)
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        template = self.chat_template or getattr(self.tokenizer, "chat_template", None)
+        if template:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, chat_template=template
+            )
+        return plain_chat_format(messages)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text` without special tokens and without truncation."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a prompt, truncated from the left to max_prompt_tokens."""
+        ids = self.tokenize(text)
+        if not ids:
+            raise InvalidArgument("the prompt is empty after tokenization", field="prompt")
+        return ids[-self.max_prompt_tokens :]
+
+    def _to_experiences(
+        self, outputs: list[GenerationOutput], prompt_text: str, messages: list[dict[str, Any]] | None
+    ) -> list[Experience]:
+        exps = []
+        version = self.model_version
+        for out in outputs:
+            prompt = np.asarray(out.prompt_ids, dtype=np.int64)
+            text = self.tokenizer.decode(out.response_ids.tolist(), skip_special_tokens=True)
+            exp = Experience(
+                tokens=np.concatenate([prompt, out.response_ids.astype(np.int64)]),
+                prompt_length=len(prompt),
+                model_version=version,
+                logprobs=out.logprobs,
+                action_mask=np.ones(len(out.response_ids), dtype=bool),
+                response_text=text,
+                prompt_text=prompt_text,
+                info={"finish_reason": out.finish_reason},
+            )
+            if messages is not None:
+                exp.messages = [ChatMessage(m["role"], m.get("content") or "") for m in messages]
+                exp.messages.append(ChatMessage("assistant", text))
+            exps.append(exp)
+        if self.enable_history:
+            with self._history_lock:
+                self.history.extend(exps)
+        return exps
+
+    # --- Trinity's API ----------------------------------------------------------------------------
+
+    def generate(self, prompts: list[str] | str, **kwargs: Any) -> list[Experience]:
+        """n samples per prompt, flattened in prompt order."""
+        texts = [prompts] if isinstance(prompts, str) else list(prompts)
+        params = self.sampling_params(**kwargs)
+        results = self.engine.generate([self.encode(t) for t in texts], params)
+        return [e for text, outs in zip(texts, results, strict=True) for e in self._to_experiences(outs, text, None)]
+
+    async def generate_async(self, prompts: list[str] | str, **kwargs: Any) -> list[Experience]:
+        texts = [prompts] if isinstance(prompts, str) else list(prompts)
+        params = self.sampling_params(**kwargs)
+        results = await self.engine.generate_async([self.encode(t) for t in texts], params)
+        return [e for text, outs in zip(texts, results, strict=True) for e in self._to_experiences(outs, text, None)]
+
+    def chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
+        """n replies to one conversation."""
+        text = self.render_chat(messages)
+        results = self.engine.generate([self.encode(text)], self.sampling_params(**kwargs))
+        return self._to_experiences(results[0], text, messages)
+
+    async def chat_async(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
+        text = self.render_chat(messages)
+        results = await self.engine.generate_async([self.encode(text)], self.sampling_params(**kwargs))
+        return self._to_experiences(results[0], text, messages)
+
+    def generate_tokens(self, prompt_ids: list[int], **kwargs: Any) -> list[Experience]:
+        """Token-in, token-out (multi-turn workflows extend the context without re-tokenizing it)."""
+        results = self.engine.generate([self._check_ids(prompt_ids)], self.sampling_params(**kwargs))
+        return self._to_experiences(results[0], "", None)
+
+    async def generate_tokens_async(self, prompt_ids: list[int], **kwargs: Any) -> list[Experience]:
+        results = await self.engine.generate_async([self._check_ids(prompt_ids)], self.sampling_params(**kwargs))
+        return self._to_experiences(results[0], "", None)
+
+    def _check_ids(self, prompt_ids: list[int]) -> list[int]:
+        if not prompt_ids or len(prompt_ids) > self.max_prompt_tokens:
+            raise InvalidArgument(
+                f"a token prompt needs 1..{self.max_prompt_tokens} tokens (model.max_prompt_tokens), got {len(prompt_ids)}",
+                field="prompt_ids",
+            )
+        return [int(t) for t in prompt_ids]
+
+    # --- history and the OpenAI API --------------------------------------------------------------
+
+    def extract_experience_from_history(self, clear_history: bool = True) -> list[Experience]:
+        """The experiences of every call since the last extraction (enable_history must be on)."""
+        if not self.enable_history:
+            raise InvalidArgument("history is off; set explorer.rollout_model.enable_history: true", field="explorer.rollout_model.enable_history")
+        with self._history_lock:
+            exps = list(self.history)
+            if clear_history:
+                self.history.clear()
+        return exps
+
+    @property
+    def openai_base_url(self) -> str:
+        from services.explorer.openai_server import OpenAIServer
+
+        if self._openai_server is None:
+            self._openai_server = OpenAIServer(self)
+            self._openai_server.start()
+        return self._openai_server.base_url
+
+    def get_openai_client(self) -> Any:
+        """An `openai.OpenAI` client talking to this model over loopback HTTP (needs the openai package)."""
+        try:
+            import openai
+        except ImportError as exc:
+            raise InvalidArgument("get_openai_client needs the openai package: pip install openai", field="explorer.rollout_model.enable_openai_api") from exc
+        client = openai.OpenAI(base_url=self.openai_base_url, api_key="EMPTY")
+        client.model_path = self.model_name  # type: ignore[attr-defined]  # Trinity's attribute
+        return client
+
+    def get_openai_async_client(self) -> Any:
+        try:
+            import openai
+        except ImportError as exc:
+            raise InvalidArgument("get_openai_async_client needs the openai package: pip install openai", field="explorer.rollout_model.enable_openai_api") from exc
+        client = openai.AsyncOpenAI(base_url=self.openai_base_url, api_key="EMPTY")
+        client.model_path = self.model_name  # type: ignore[attr-defined]
+        return client
+
+    def close(self) -> None:
+        if self._openai_server is not None:
+            self._openai_server.stop()
+            self._openai_server = None

@@ -1,0 +1,136 @@
+"""OpenAI-compatible HTTP API over a ModelWrapper, on loopback, for agent code inside workflows.
+
+Serves GET /v1/models, POST /v1/chat/completions and POST /v1/completions (no streaming). Each
+call goes through the wrapper, so it is batched with every other rollout and recorded in the
+wrapper's history when enable_history is on. Standard library only: it runs in a daemon thread
+and the calls it serves block in their own handler threads, like a sync workflow does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from services.common.errors import TrinityError
+
+_PASSED_KEYS = ("n", "temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "min_tokens")
+
+
+def _sampling_args(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in _PASSED_KEYS if body.get(k) is not None}
+
+
+def _choice_logprobs(exp: Any, tokenizer: Any) -> dict[str, Any]:
+    response = exp.tokens[exp.prompt_length :].tolist()
+    return {
+        "content": [
+            {"token": tokenizer.decode([tok]), "logprob": float(lp), "bytes": None, "top_logprobs": []}
+            for tok, lp in zip(response, exp.logprobs.tolist(), strict=True)
+        ]
+    }
+
+
+def _usage(exps: list[Any]) -> dict[str, int]:
+    prompt = exps[0].prompt_length if exps else 0
+    completion = sum(e.response_length for e in exps)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+class OpenAIServer:
+    """One HTTP server bound to 127.0.0.1 on a free port, serving one ModelWrapper."""
+
+    def __init__(self, wrapper: Any, host: str = "127.0.0.1") -> None:
+        self.wrapper = wrapper
+        handler = type("Handler", (_Handler,), {"server_ref": self})
+        self._httpd = ThreadingHTTPServer((host, 0), handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-api", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("stream"):
+            raise TrinityError("stream=true is not supported by the explorer's OpenAI API")
+        exps = self.wrapper.chat(body["messages"], **_sampling_args(body))
+        choices = []
+        for i, exp in enumerate(exps):
+            choice: dict[str, Any] = {
+                "index": i,
+                "message": {"role": "assistant", "content": exp.response_text},
+                "finish_reason": exp.info.get("finish_reason", "stop"),
+            }
+            if body.get("logprobs"):
+                choice["logprobs"] = _choice_logprobs(exp, self.wrapper.tokenizer)
+            choices.append(choice)
+        return self._envelope("chat.completion", body, choices, exps)
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompt = body["prompt"]
+        exps = self.wrapper.generate(prompt if isinstance(prompt, list) else [prompt], **_sampling_args(body))
+        choices = [
+            {"index": i, "text": exp.response_text, "finish_reason": exp.info.get("finish_reason", "stop"), "logprobs": None}
+            for i, exp in enumerate(exps)
+        ]
+        return self._envelope("text_completion", body, choices, exps)
+
+    def _envelope(self, kind: str, body: dict[str, Any], choices: list[dict[str, Any]], exps: list[Any]) -> dict[str, Any]:
+        return {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": body.get("model") or self.wrapper.model_name,
+            "choices": choices,
+            "usage": _usage(exps),
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_ref: OpenAIServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request lines
+        return None
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.rstrip("/").endswith("/models"):
+            name = self.server_ref.wrapper.model_name
+            self._send(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "trinity-grpc"}]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(200, self.server_ref.chat_completion(body))
+            elif self.path.rstrip("/").endswith("/completions"):
+                self._send(200, self.server_ref.completion(body))
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+        except (KeyError, ValueError, TrinityError) as exc:
+            self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+        except Exception as exc:  # noqa: BLE001 - reported to the agent as a server error
+            self._send(500, {"error": {"message": repr(exc), "type": "server_error"}})

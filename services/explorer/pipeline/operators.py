@@ -1,0 +1,176 @@
+"""Experience operators (Trinity's data_processor.experience_pipeline): `process(exps) -> (exps, metrics)`.
+
+Applied in order to each explorer step's experiences before they are written. Built-ins:
+reward_filter, reward_std_filter, invalid_reward_filter, reward_shaping_mapper, and
+group_advantage (GRPO-style advantages computed here, for when the algorithm wants the explorer
+to do it). User operators register with `@EXPERIENCE_OPERATORS.register_module("name")` or are
+named by dotted path.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from services.common.errors import InvalidArgument
+from services.common.experience import Experience
+from services.explorer.registry import Registry
+
+EXPERIENCE_OPERATORS = Registry(
+    "experience operator",
+    {
+        "reward_filter": "services.explorer.pipeline.operators:RewardFilter",
+        "reward_std_filter": "services.explorer.pipeline.operators:RewardSTDFilter",
+        "invalid_reward_filter": "services.explorer.pipeline.operators:InvalidRewardFilter",
+        "reward_shaping_mapper": "services.explorer.pipeline.operators:RewardShapingMapper",
+        "group_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
+        "grpo_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
+    },
+)
+
+
+class ExperienceOperator(ABC):
+    """One step of the pipeline."""
+
+    @abstractmethod
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        """Transform the experiences of one explorer step; return them with metrics for logging."""
+
+
+def group_by_id(exps: list[Experience]) -> dict[str, list[Experience]]:
+    groups: dict[str, list[Experience]] = defaultdict(list)
+    for exp in exps:
+        groups[exp.group_id or exp.task_id].append(exp)
+    return groups
+
+
+class RewardFilter(ExperienceOperator):
+    """Keep experiences whose reward is >= threshold."""
+
+    def __init__(self, threshold: float = 0.0) -> None:
+        self.threshold = threshold
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        kept = [e for e in exps if e.reward is not None and e.reward >= self.threshold]
+        return kept, {"filtered_count": float(len(exps) - len(kept))}
+
+
+class RewardSTDFilter(ExperienceOperator):
+    """Drop whole groups whose reward std is <= threshold (equal rewards carry no GRPO signal)."""
+
+    def __init__(self, threshold: float = 0.0) -> None:
+        self.threshold = threshold
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        kept: list[Experience] = []
+        dropped_groups = 0
+        for group in group_by_id(exps).values():
+            rewards = np.array([e.reward or 0.0 for e in group], dtype=np.float64)
+            if rewards.std() > self.threshold:
+                kept.extend(group)
+            else:
+                dropped_groups += 1
+        return kept, {"filtered_count": float(len(exps) - len(kept)), "filtered_groups": float(dropped_groups)}
+
+
+class InvalidRewardFilter(ExperienceOperator):
+    """Drop experiences whose reward is missing, NaN or infinite."""
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        kept = [e for e in exps if e.reward is not None and math.isfinite(e.reward)]
+        return kept, {"filtered_count": float(len(exps) - len(kept))}
+
+
+_OPS = {
+    "ADD": lambda r, v, w: r + w * v,
+    "SUB": lambda r, v, w: r - w * v,
+    "MUL": lambda r, v, w: r * (w * v),
+    "DIV": lambda r, v, w: r / (w * v),
+}
+
+
+class RewardShapingMapper(ExperienceOperator):
+    """Adjust the reward with named statistics of the experience (Trinity's reward_shaping_mapper).
+
+    reward_shaping_configs: [{"stats_key": "quality", "op_type": "ADD", "weight": 0.5}, ...]: the
+    value is looked up in exp.metrics, then exp.info; an experience without it is left unchanged.
+    """
+
+    def __init__(self, reward_shaping_configs: list[dict[str, Any]] | None = None) -> None:
+        self.configs = reward_shaping_configs or []
+        for i, cfg in enumerate(self.configs):
+            if cfg.get("op_type", "ADD") not in _OPS:
+                raise InvalidArgument(f"op_type must be one of {sorted(_OPS)}", field=f"reward_shaping_configs[{i}].op_type")
+            if "stats_key" not in cfg:
+                raise InvalidArgument("stats_key is required", field=f"reward_shaping_configs[{i}].stats_key")
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        shaped = 0
+        for exp in exps:
+            for cfg in self.configs:
+                key = cfg["stats_key"]
+                value = exp.metrics.get(key, exp.info.get(key))
+                if value is None or exp.reward is None:
+                    continue
+                exp.reward = float(_OPS[cfg.get("op_type", "ADD")](exp.reward, float(value), float(cfg.get("weight", 1.0))))
+                shaped += 1
+        return exps, {"shaped_count": float(shaped)}
+
+
+class GroupAdvantage(ExperienceOperator):
+    """GRPO advantages per group: (r - mean) / (std + epsilon), broadcast over the response tokens.
+
+    std_normalize false gives Dr. GRPO's r - mean. Groups are the experiences sharing a group id.
+    """
+
+    def __init__(self, epsilon: float = 1e-6, std_normalize: bool = True) -> None:
+        self.epsilon = epsilon
+        self.std_normalize = std_normalize
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        values = []
+        for group in group_by_id(exps).values():
+            rewards = np.array([e.reward or 0.0 for e in group], dtype=np.float64)
+            adv = rewards - rewards.mean()
+            if self.std_normalize:
+                adv = adv / (_std(rewards) + self.epsilon)
+            for exp, a in zip(group, adv, strict=True):
+                exp.advantages = np.full(exp.response_length, a, dtype=np.float32)
+                exp.returns = exp.advantages.copy()
+                values.append(a)
+        return exps, {"advantage_mean": float(np.mean(values)) if values else 0.0}
+
+
+def _std(values: np.ndarray) -> float:
+    """Unbiased std as torch.std (Trinity's GRPO); 0 for a single sample."""
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
+
+
+class ExperiencePipeline:
+    """The configured operators, in order; metrics come back as `pipeline/<i>_<name>/<metric>`."""
+
+    def __init__(self, operators: list[tuple[str, ExperienceOperator]]) -> None:
+        self.operators = operators
+
+    @classmethod
+    def from_config(cls, specs: list[Any]) -> ExperiencePipeline:
+        ops = []
+        for i, spec in enumerate(specs):
+            factory = EXPERIENCE_OPERATORS.get(spec.name, field=f"data_processor.experience_pipeline.operators[{i}].name")
+            try:
+                ops.append((spec.name, factory(**spec.args)))
+            except TypeError as exc:
+                raise InvalidArgument(str(exc), field=f"data_processor.experience_pipeline.operators[{i}].args") from exc
+        return cls(ops)
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        metrics: dict[str, float] = {}
+        for i, (name, op) in enumerate(self.operators):
+            exps, op_metrics = op.process(exps)
+            for key, value in op_metrics.items():
+                metrics[f"pipeline/{i}_{name.rsplit('.', 1)[-1]}/{key}"] = float(value)
+        return exps, metrics

@@ -1,0 +1,21 @@
+"""Workflows: the registry, Task / Workflow, and the built-ins (listed here, imported on first use)."""
+
+from services.explorer.registry import Registry
+from services.explorer.workflows.base import RolloutArgs, Task, Workflow
+from services.explorer.workflows.base import WorkflowExperience as Experience
+
+WORKFLOWS = Registry(
+    "workflow",
+    {
+        "simple_workflow": "services.explorer.workflows.math:SimpleWorkflow",
+        "async_simple_workflow": "services.explorer.workflows.math:AsyncSimpleWorkflow",
+        "math_workflow": "services.explorer.workflows.math:MathWorkflow",
+        "async_math_workflow": "services.explorer.workflows.math:AsyncMathWorkflow",
+        "countdown_workflow": "services.explorer.workflows.math:CountdownWorkflow",
+        "arith_workflow": "services.explorer.workflows.math:ArithWorkflow",
+        "step_wise_env_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
+        "multi_turn_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
+    },
+)
+
+__all__ = ["WORKFLOWS", "Experience", "RolloutArgs", "Task", "Workflow"]

@@ -1,0 +1,159 @@
+"""Task and Workflow: the extension point for environment authors (Trinity-RFT's API).
+
+A Trinity workflow ports with import changes only:
+
+    from services.explorer.workflows import WORKFLOWS, Task, Workflow   # was trinity.common.workflows
+    from services.common.experience import Experience                   # was trinity.common.experience
+
+`task.format_args.prompt_key`, `task.rollout_args.n`, `task.raw_task`, `task.workflow_args`,
+`task.reward_fn` (a class or callable, already resolved from its registered name) and
+`task.reward_fn_args` behave as in Trinity. A workflow either implements `run()` (sync, run in a
+worker thread) or `run_async()` (run on the explorer's event loop; set `is_async = True`).
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.common.config.buffer import FormatConfig
+from services.common.experience import Experience
+from services.common.experience import Task as WireTask
+
+ROLLOUT_DEFAULTS: dict[str, Any] = {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": 0}
+
+
+class RolloutArgs(dict):
+    """Sampling arguments with attribute access (Trinity's GenerationConfig): `args.n`, `args.temperature`.
+
+    `dict(args)` / `**args` pass them straight to `model.chat(...)`. max_tokens is absent unless
+    set, so the model's max_response_tokens applies.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            if name == "max_tokens":
+                return None
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def sampling(self) -> dict[str, Any]:
+        """The keys the model understands (drops logprobs, which is always on)."""
+        return {k: v for k, v in self.items() if k != "logprobs"}
+
+
+@dataclass
+class Task:
+    """One task as a workflow sees it (Trinity's trinity.common.workflows.Task)."""
+
+    workflow: type | None = None
+    repeat_times: int = 1
+    format_args: FormatConfig = field(default_factory=FormatConfig)
+    rollout_args: RolloutArgs = field(default_factory=lambda: RolloutArgs(ROLLOUT_DEFAULTS))
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    reward_fn: Any = None
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    raw_task: dict[str, Any] = field(default_factory=dict)
+    is_eval: bool = False
+    task_id: str = ""
+    index: int = 0
+    taskset: str = ""
+    batch_id: int = 0
+    workflow_name: str = ""
+
+    def to_workflow(self, model: Any, auxiliary_models: list[Any] | None = None) -> Workflow:
+        assert self.workflow is not None, "task.workflow is not resolved"
+        return self.workflow(task=self, model=model, auxiliary_models=auxiliary_models)
+
+    @property
+    def task_desc(self) -> str | None:
+        """The prompt column (format_args.prompt_key) of the raw task."""
+        value = self.raw_task.get(self.format_args.prompt_key)
+        return None if value is None else str(value)
+
+    @property
+    def truth(self) -> str | None:
+        """The reference answer column (format_args.response_key) of the raw task."""
+        value = self.raw_task.get(self.format_args.response_key)
+        return None if value is None else str(value)
+
+    def copy_with(self, **changes: Any) -> Task:
+        clone = copy.copy(self)
+        clone.rollout_args = RolloutArgs(self.rollout_args)
+        for key, value in changes.items():
+            setattr(clone, key, value)
+        return clone
+
+    @classmethod
+    def from_wire(
+        cls, wire: WireTask, *, workflow: type, reward_fn: Any, defaults: dict[str, Any] | None = None, batch_id: int = 0
+    ) -> Task:
+        """Build from the buffer's Task; `defaults` (the taskset's config section) fill what the task leaves empty."""
+        defaults = defaults or {}
+        fmt = {**defaults.get("format", {}), **(wire.format_args or {})}
+        rollout = RolloutArgs({**ROLLOUT_DEFAULTS, **defaults.get("rollout_args", {}), **(wire.rollout_args or {})})
+        return cls(
+            workflow=workflow,
+            repeat_times=max(int(wire.repeat_times or 1), 1),
+            format_args=FormatConfig.model_validate(fmt),
+            rollout_args=rollout,
+            workflow_args={**defaults.get("workflow_args", {}), **(wire.workflow_args or {})},
+            reward_fn=reward_fn,
+            reward_fn_args=dict(defaults.get("reward_fn_args", {})),
+            raw_task=dict(wire.raw_task or {}),
+            is_eval=wire.is_eval,
+            task_id=wire.task_id,
+            index=wire.index,
+            taskset=wire.taskset,
+            batch_id=batch_id,
+            workflow_name=wire.workflow,
+        )
+
+
+class Workflow(ABC):
+    """How a task is run: sample from `model`, score, return experiences.
+
+    Class attributes a subclass may set:
+    - `can_repeat`: run() already returns task.rollout_args.n samples, so the runner sets n to
+      repeat_times and calls run() once; otherwise the runner calls run() repeat_times times.
+    - `can_reset`: reuse one instance across tasks through reset(task) (or override resettable()).
+    - `is_async`: the runner awaits run_async() on its event loop instead of run() in a thread.
+    """
+
+    can_repeat: bool = False
+    can_reset: bool = False
+    is_async: bool = False
+
+    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
+        self.task = task
+        self.model = model
+        self.auxiliary_models = auxiliary_models or []
+
+    def resettable(self) -> bool:
+        return self.can_reset
+
+    def reset(self, task: Task) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not resettable")
+
+    def run(self) -> list[Experience]:
+        raise NotImplementedError(f"{type(self).__name__} implements neither run() nor run_async()")
+
+    async def run_async(self) -> list[Experience]:
+        raise NotImplementedError(f"{type(self).__name__} has no run_async(); set is_async = False")
+
+
+@dataclass
+class WorkflowExperience(Experience):
+    """Experience with model_version optional, as Trinity workflows build it (the runner stamps it).
+
+    Exported as `services.explorer.workflows.Experience`. tokens / logprobs may be lists or torch
+    tensors; the runner turns them into numpy arrays.
+    """
+
+    model_version: int = -1

@@ -1,0 +1,129 @@
+"""The explorer's step loop on a real tiny model with fake buffer / synchronizer clients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.common.config.schema import TrinityConfig
+from services.explorer.build import build_pool, build_runner
+from services.explorer.engines.transformers_engine import sequence_logprobs
+from services.explorer.explorer import Explorer
+from services.explorer.runner import VersionRef
+from services.models.arith import ArithSpec, generate
+from services.models.loading import load_tokenizer
+from tests.unit.explorer_fakes import FakeBuffer, FakeSync, RecordingMonitor
+
+
+class EngineWeights:
+    def __init__(self, pool):
+        self.pool = pool
+        self.loaded = []
+
+    async def load(self, version, path):
+        for engine in self.pool.engines:
+            await engine.update_weights_async(lambda e: e.load_checkpoint(path))
+        self.loaded.append(version)
+
+
+def make_cfg(**explorer) -> TrinityConfig:
+    return TrinityConfig.model_validate({
+        "algorithm": {"repeat_times": 4},
+        "model": {"model_path": "builtin:tiny-arith", "max_prompt_tokens": 32, "max_response_tokens": 6},
+        "buffer": {
+            "batch_size": 3,
+            "explorer_input": {
+                "taskset": {"name": "arith", "default_workflow_type": "arith_workflow",
+                            "format": {"prompt_key": "question", "response_key": "answer"}},
+                "eval_tasksets": [{"name": "eval_arith", "default_workflow_type": "arith_workflow", "repeat_times": 2,
+                                   "format": {"prompt_key": "question", "response_key": "answer"},
+                                   "rollout_args": {"temperature": 1.0}}],
+            },
+        },
+        "explorer": {"runner_per_model": 4, "max_timeout": 20, "max_retry_times": 1, "eval_interval": 2, **explorer},
+        "monitor": {"monitor_type": "none"},
+    })
+
+
+@pytest.fixture
+def parts():
+    built = []
+
+    def make(cfg, buffer, sync):
+        tok = load_tokenizer(cfg.model.model_path)
+        pool = build_pool(cfg, tok)
+        version = VersionRef()
+        runner = build_runner(cfg, pool, tok, version, [])
+        monitor = RecordingMonitor()
+        weights = EngineWeights(pool)
+        explorer = Explorer(cfg, buffer=buffer, sync=sync, runner=runner, weights=weights, monitor=monitor)
+        built.append((pool, runner))
+        return explorer, pool, monitor, weights, tok
+
+    yield make
+    for pool, runner in built:
+        runner.close()
+        pool.close()
+
+
+async def test_steps_write_batch_times_repeat_with_consistent_logprobs(parts):
+    cfg = make_cfg()
+    rows = generate(ArithSpec(), 7, seed=1)
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:3]})
+    sync = FakeSync()
+    explorer, pool, monitor, _, _ = parts(cfg, buffer, sync)
+    await explorer.run()
+    exps = buffer.written["experience_buffer"]
+    assert len(exps) == 2 * 3 * 4  # 2 full batches of 3 tasks (the 7th task is a partial batch), 4 rollouts each
+    assert buffer.closed == [("experience_buffer", "explorer")]
+    assert [s for s, _ in sync.asked] == [1, 2]
+    groups = {}
+    for exp in exps:
+        groups.setdefault(exp.group_id, []).append(exp)
+        assert exp.model_version == 0 and exp.producer == "explorer" and exp.batch_id in (1, 2)
+        exp.validate()
+        recomputed = sequence_logprobs(pool[0].engine.model, exp.tokens.tolist(), exp.prompt_length)
+        np.testing.assert_allclose(recomputed, exp.logprobs, atol=1e-4)
+    assert sorted(len(g) for g in groups.values()) == [4] * 6
+    assert all(sorted(e.run_id for e in g) == [0, 1, 2, 3] for g in groups.values())
+    steps = [s for s, m in monitor.logged if "rollout/reward/mean" in m]
+    assert steps == [1, 2]
+    evals = [(s, m) for s, m in monitor.logged if any(k.startswith("eval/") for k in m)]
+    assert [s for s, _ in evals] == [0, 2]  # on startup and every eval_interval=2 steps
+    assert {"eval/eval_arith/accuracy/mean@2", "eval/eval_arith/accuracy/best@2"} <= set(evals[0][1])
+
+
+async def test_restart_resumes_at_next_batch(parts):
+    cfg = make_cfg(eval_on_startup=False)
+    rows = generate(ArithSpec(), 9, seed=2)
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
+    buffer.cursors[("arith", "explorer")] = 3  # a previous explorer consumed the first batch
+    explorer, *_ = parts(cfg, buffer, FakeSync())
+    await explorer.run()
+    assert sorted({e.batch_id for e in buffer.written["experience_buffer"]}) == [2, 3]
+    assert {e.task_id for e in buffer.written["experience_buffer"]} == {str(i) for i in range(3, 9)}
+
+
+async def test_weight_update_changes_generation(parts, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = make_cfg(eval_on_startup=False)
+    cfg.explorer.rollout_model.seed = 7
+    rows = generate(ArithSpec(), 6, seed=3)
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
+    explorer, pool, _, weights, _ = parts(cfg, buffer, FakeSync(plan={2: (5, str(tmp_path))}))
+    model = pool[0].engine.model
+    state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        state = {k: torch.randn_like(v) if v.dim() > 1 else v for k, v in state.items()}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    await explorer.run()
+    exps = buffer.written["experience_buffer"]
+    assert weights.loaded == [5]
+    assert {e.model_version for e in exps if e.batch_id == 1} == {0}
+    assert {e.model_version for e in exps if e.batch_id == 2} == {5}
+    assert torch.equal(model.transformer.wte.weight, state["transformer.wte.weight"])
+    recomputed = sequence_logprobs(model, exps[-1].tokens.tolist(), exps[-1].prompt_length)
+    np.testing.assert_allclose(recomputed, exps[-1].logprobs, atol=1e-4)
