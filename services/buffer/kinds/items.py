@@ -66,6 +66,7 @@ class _Claimed:
     dropped: int
     lease_id: str
     expires: float
+    now: float
 
 
 @dataclass
@@ -269,8 +270,9 @@ class ItemBuffer:
         wait = self.max_read_timeout if max_wait < 0 else max_wait
         deadline = time.time() + wait
         lease_id = f"{self.name}{LEASE_SEP}{uuid.uuid4().hex}"
-        expires = time.time() + (lease_s if lease_s > 0 else self.lease_s)
+        lease_len = lease_s if lease_s > 0 else self.lease_s
         got: list[Any] = []
+        first_claim_at = 0.0
         while True:
             now = time.time()
             missing = batch_size - len(got)
@@ -280,9 +282,11 @@ class ItemBuffer:
                 or (min_model_version and self.available(now))
             ):
                 claimed = await self.db.write(
-                    lambda conn, n=missing: self._claim_op(conn, lease_id, expires, n, min_model_version),
+                    lambda conn, n=missing: self._claim_op(conn, lease_id, lease_len, n, min_model_version),
                     self._after_claim,
                 )
+                if claimed.rows and not got:
+                    first_claim_at = claimed.now
                 got.extend(claimed.rows)
             if (
                 len(got) >= batch_size
@@ -294,21 +298,33 @@ class ItemBuffer:
             wake = self._next_wakeup(now)
             await self._wait_change(deadline if wake is None else min(deadline, wake))
         got.sort(key=self._sort_key)
-        return ReadResult(
-            lease_id if got else "",
-            [r.payload for r in got],
-            not got and self.end_of_data(),
-            expires if got else 0.0,
-        )
+        if not got:
+            return ReadResult("", [], self.end_of_data(), 0.0)
+        if time.time() - first_claim_at > 0.05:  # waited while holding items: the lease starts now
+            await self._extend(lease_id, time.time() + lease_len)
+        return ReadResult(lease_id, [r.payload for r in got], False, self.m.leases[lease_id].expires_at)
+
+    async def _extend(self, lease_id: str, expires: float) -> None:
+        async def op(conn: AsyncConnection) -> int:
+            stmt = text("UPDATE items SET lease_expires = :e WHERE lease_id = :l AND state = 1")
+            return int((await conn.execute(stmt, {"e": expires, "l": lease_id})).rowcount)
+
+        def after(n: int) -> None:
+            lease = self.m.leases.get(lease_id)
+            if lease is not None and n:
+                lease.expires_at = expires
+
+        await self.db.write(op, after)
 
     @staticmethod
     def _sort_key(row: Any) -> tuple[float, int]:
         return (0.0, row.id)
 
     async def _claim_op(
-        self, conn: AsyncConnection, lease_id: str, expires: float, n: int, min_version: int
+        self, conn: AsyncConnection, lease_id: str, lease_len: float, n: int, min_version: int
     ) -> _Claimed:
         now = time.time()
+        expires = now + lease_len
         reaped = {lid: lease.count for lid, lease in self.m.leases.items() if lease.expires_at <= now}
         if reaped:
             await conn.execute(
@@ -333,7 +349,7 @@ class ItemBuffer:
         )
         rows = (await conn.execute(claim, {"lease": lease_id, "exp": expires, "now": now, "n": n})).all()
         await _bump(conn, read=len(rows))
-        return _Claimed(rows, reaped, dropped, lease_id, expires)
+        return _Claimed(rows, reaped, dropped, lease_id, expires, now)
 
     def _after_claim(self, c: _Claimed) -> None:
         back = sum(c.reaped.values())

@@ -1,0 +1,208 @@
+"""The buffer as a real process on a real port with real SQLite files, called through BufferClient."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from services.buffer.client import BufferClient
+from services.common import errors
+from services.common.experience import Experience
+from services.common.procs import free_port, start_service, stop_process, wait_healthy
+from trinity_grpc.common.v1 import common_pb2 as pb
+
+COOLDOWN = 0.3
+
+
+def exp(version: int = 0, label: str = "", n: int = 6, prompt: int = 2) -> Experience:
+    return Experience(
+        tokens=np.arange(n, dtype=np.int32),
+        prompt_length=prompt,
+        model_version=version,
+        reward=1.0,
+        logprobs=np.full(n - prompt, -0.5, np.float32),
+        task_id=label,
+    )
+
+
+def labels(batch_or_list) -> list[str]:
+    items = getattr(batch_or_list, "experiences", batch_or_list)
+    return [e.task_id if isinstance(e, Experience) else e.ids.task_id for e in items]
+
+
+def buffer_config(tmp: pathlib.Path, port: int, *, taskset: str | None = None) -> pathlib.Path:
+    data = {
+        "checkpoint_root_dir": str(tmp / "runs"),
+        "services": {"buffer": {"port": port}, "shutdown_grace_s": 3},
+        "buffer": {
+            "data_dir": str(tmp / "data"),
+            "max_batch_items": 512,
+            "batch_size": 2,
+            "trainer_input": {
+                "experience_buffer": {
+                    "name": "exp",
+                    "storage_type": "queue",
+                    "capacity": 4,
+                    "max_read_timeout": 5,
+                }
+            },
+        },
+    }
+    if taskset:
+        data["buffer"]["explorer_input"] = {
+            "taskset": {"name": "tasks", "storage_type": "file", "path": taskset}
+        }
+    path = tmp / f"buffer-{port}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def start_buffer(tmp: pathlib.Path, config: pathlib.Path, port: int) -> subprocess.Popen[bytes]:
+    proc = start_service("buffer", str(config), log_path=str(tmp / "buffer.log"))
+    try:
+        asyncio.run(wait_healthy(f"127.0.0.1:{port}", timeout=60, alive=lambda: proc.poll() is None))
+    except BaseException:
+        stop_process(proc, timeout=5)
+        raise
+    return proc
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("buffer")
+    port = free_port()
+    proc = start_buffer(tmp, buffer_config(tmp, port), port)
+    yield f"127.0.0.1:{port}"
+    assert stop_process(proc, timeout=10) == 0  # graceful SIGTERM exits 0
+
+
+@pytest.fixture
+async def client(server):
+    async with await BufferClient.connect(server, timeout=10) as c:
+        yield c
+
+
+async def test_fifo_order_backpressure_and_info(client):
+    await client.write("exp", [exp(label=x) for x in "abcd"])
+    with pytest.raises(errors.ResourceExhausted):  # full: waits until just before the deadline
+        await client.write("exp", [exp(label="e")], timeout=1.0)
+    late = asyncio.create_task(client.write("exp", [exp(label="e")], timeout=10))
+    batch = await client.read("exp", 2, max_wait=0)
+    assert labels(batch) == ["a", "b"]
+    await client.ack(batch.lease_id)
+    assert (await late).written == 1
+    rest = await client.read("exp", 3, max_wait=0)
+    assert labels(rest) == ["c", "d", "e"]
+    await client.ack(rest.lease_id)
+    info = await client.get_info()
+    assert info.service == "buffer" and info.stats["exp.depth"] == 0
+    assert {b.name: b.kind for b in await client.list_buffers()}["exp"] == "fifo"
+
+
+async def test_priority_order_and_reuse_cooldown(client):
+    # Orderings derived in tests/unit/test_buffer_priority.py from priority = version - 2 * use_count.
+    assert await client.create_buffer("prio", "priority", capacity=8, reuse_cooldown_time=COOLDOWN)
+    assert (await client.write("prio", [exp(version=v, label=f"v{v}") for v in range(10)])).evicted == 2
+    first = await client.read("prio", 4, max_wait=0)
+    assert labels(first) == ["v9", "v8", "v7", "v6"]
+    await client.ack(first.lease_id)
+    second = await client.read("prio", 4, max_wait=0)
+    assert labels(second) == ["v5", "v4", "v3", "v2"]
+    await client.ack(second.lease_id)
+    third = await client.read("prio", 8, max_wait=5)  # waits out the cooldown
+    assert labels(third) == ["v9", "v8", "v7", "v6", "v5", "v4", "v3", "v2"]
+    stats = await client.stats("prio")
+    assert (stats.kind, stats.leased, stats.dropped) == ("priority", 8, 2)
+
+
+async def test_lease_expiry_partial_batch_and_idempotent_retry(client):
+    await client.create_buffer("leases", "fifo")
+    first = await client.write("leases", [exp(label="a"), exp(label="b")], idempotency_key="k1")
+    retry = await client.write("leases", [exp(label="a"), exp(label="b")], idempotency_key="k1")
+    assert (first.written, retry.written, retry.duplicate) == (2, 0, True)
+    partial = await client.read("leases", 10, max_wait=0.3, lease_s=1.0)  # times out with what it has
+    assert labels(partial) == ["a", "b"]
+    again = await client.read("leases", 10, max_wait=0)
+    assert again.experiences == []
+    back = await client.read("leases", 2, max_wait=5)  # wakes when the lease expires
+    assert labels(back) == ["a", "b"]
+    with pytest.raises((errors.FailedPrecondition, errors.NotFound)):
+        await client.ack(partial.lease_id)
+    assert await client.ack(back.lease_id) == 2
+    assert (await client.stats("leases")).written == 2
+
+
+async def test_end_of_data_and_stream_read(client):
+    await client.create_buffer("stream", "table")
+    await client.open_writer("stream", "w1")
+    for i in range(3):
+        await client.write("stream", [exp(label=f"{i}-{j}") for j in range(4)], writer_id="w1")
+    got = []
+    async for batch in client.stream_read("stream", 5, max_wait=0.5):
+        got += labels(batch)
+        if batch.lease_id:
+            await client.ack(batch.lease_id)
+        if len(got) == 12:
+            await client.close_writer("stream", "w1")
+        if batch.end_of_data:
+            break
+    assert got == [f"{i}-{j}" for i in range(3) for j in range(4)]
+    end = await client.read("stream", 5, max_wait=1)
+    assert end.end_of_data and end.experiences == []
+    rows, nxt = await client.scan_table("stream", 10, 5)
+    assert labels(rows) == ["2-2", "2-3"] and nxt == 12
+
+
+async def test_bad_input_is_invalid_argument_naming_the_field(client):
+    await client.create_buffer("strict", "fifo")
+    bad = pb.Experience(model_version=1, prompt_length=2)
+    bad.tokens.dtype, bad.tokens.raw = pb.ELEMENT_TYPE_INT32, np.arange(5, dtype=np.int32).tobytes()
+    bad.logprobs.dtype, bad.logprobs.raw = pb.ELEMENT_TYPE_FLOAT32, np.zeros(2, np.float32).tobytes()
+    cases = {"experiences[1].logprobs": bad}
+    nan = pb.Experience(model_version=1, reward=math.nan)
+    nan.tokens.dtype, nan.tokens.int_values[:] = pb.ELEMENT_TYPE_INT64, [1, 2, 3]
+    cases["experiences[1].reward"] = nan
+    wrong = pb.Experience(model_version=1)
+    wrong.tokens.dtype, wrong.tokens.float_values[:] = pb.ELEMENT_TYPE_FLOAT32, [1.0, 2.0]
+    cases["experiences[1].tokens.dtype"] = wrong
+    plen = pb.Experience(model_version=1, prompt_length=7)
+    plen.tokens.dtype, plen.tokens.int_values[:] = pb.ELEMENT_TYPE_INT64, [1, 2, 3]
+    cases["experiences[1].prompt_length"] = plen
+    for field, msg in cases.items():
+        with pytest.raises(errors.InvalidArgument) as err:
+            await client.write("strict", [exp(), msg])
+        assert err.value.field == field
+    with pytest.raises(errors.InvalidArgument) as err:
+        await client.write("strict", [exp()] * 513)
+    assert err.value.field == "experiences"
+    with pytest.raises(errors.NotFound) as err:
+        await client.write("missing", [exp()])
+    assert err.value.field == "buffer"
+    assert (await client.stats("strict")).written == 0  # nothing of a rejected write is stored
+
+
+async def test_external_agent_example_runs_against_the_server(server):
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples" / "external_agent" / "agent.py"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        "--address",
+        server,
+        "--buffer",
+        "agent_runs",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    stats = json.loads(out.decode().strip().splitlines()[-1])
+    # proto3 JSON writes int64 as strings
+    assert stats["written"] == "3" and stats["per_model_version"] == {"2": "2", "3": "1"}
