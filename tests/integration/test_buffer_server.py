@@ -66,9 +66,14 @@ def buffer_config(tmp: pathlib.Path, port: int, *, taskset: str | None = None) -
 
 
 def start_buffer(tmp: pathlib.Path, config: pathlib.Path, port: int) -> subprocess.Popen[bytes]:
+    return asyncio.run(astart_buffer(tmp, config, port))
+
+
+async def astart_buffer(tmp: pathlib.Path, config: pathlib.Path, port: int) -> subprocess.Popen[bytes]:
+    """`python -m services.buffer --config F` as a child; returns once it reports SERVING."""
     proc = start_service("buffer", str(config), log_path=str(tmp / "buffer.log"))
     try:
-        asyncio.run(wait_healthy(f"127.0.0.1:{port}", timeout=60, alive=lambda: proc.poll() is None))
+        await wait_healthy(f"127.0.0.1:{port}", timeout=60, alive=lambda: proc.poll() is None)
     except BaseException:
         stop_process(proc, timeout=5)
         raise
