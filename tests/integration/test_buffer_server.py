@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import pathlib
 import subprocess
 import sys
@@ -211,3 +212,34 @@ async def test_external_agent_example_runs_against_the_server(server):
     stats = json.loads(out.decode().strip().splitlines()[-1])
     # proto3 JSON writes int64 as strings
     assert stats["written"] == "3" and stats["per_model_version"] == {"2": "2", "3": "1"}
+
+
+async def test_node_client_writes_and_reads_stats(server):
+    """A second language (Node.js, @grpc/grpc-js + @grpc/proto-loader) against the real server."""
+    repo = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "NODE_PATH": str(repo / "tools" / "node" / "node_modules")}
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(repo / "tests" / "integration" / "node" / "buffer_agent.js"),
+        server,
+        "node_runs",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result["create"]["created"] is True
+    assert (result["write"]["written"], result["retry"]["written"], result["retry"]["duplicate"]) == (
+        3,
+        0,
+        True,
+    )
+    assert (
+        result["bad"]["code"] == 3 and "experiences[0].logprobs" in result["bad"]["details"]
+    )  # INVALID_ARGUMENT
+    stats = result["stats"]
+    assert (stats["kind"], stats["written"], stats["depth"]) == ("BUFFER_KIND_FIFO", 3, 3)
+    assert stats["per_model_version"] == {"4": 2, "5": 1}
+    assert result["read"] == {"count": 3, "rewards": [1.0, 0.0, 1.0]} and result["ack"]["acked"] == 3
