@@ -24,6 +24,14 @@ class BufferSpec:
 
 
 @dataclass
+class ItemIn:
+    """One experience to store: its serialized protobuf and the version that generated it."""
+
+    payload: bytes
+    model_version: int
+
+
+@dataclass
 class WriteResult:
     written: int
     duplicate: bool = False

@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from services.buffer.kinds.items import ItemBuffer
+from services.buffer.storage import schema as s
 from services.common.errors import InvalidArgument
 
 
@@ -92,6 +93,13 @@ class PriorityBuffer(ItemBuffer):
         super().__init__(*args, **kwargs)
         self.priority_fn = priority_fn
         self.reuse_cooldown_time = reuse_cooldown_time
+
+    async def load(self) -> None:
+        async def op(conn: AsyncConnection) -> None:
+            await conn.exec_driver_sql(s.PRIORITY_INDEX)
+
+        await self.db.write(op)
+        await super().load()
 
     def priority_of(self, model_version: int, use_count: int) -> float:
         return self.priority_fn(model_version, use_count)[0]

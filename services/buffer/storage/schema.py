@@ -30,8 +30,11 @@ items = Table(
 )
 # Partial indexes on ready rows: claims scan only what they can take (doubles claim rate here).
 Index("ix_items_ready_fifo", items.c.id, sqlite_where=text("state = 0"))
-Index("ix_items_ready_priority", items.c.priority.desc(), items.c.id, sqlite_where=text("state = 0"))
 Index("ix_items_lease", items.c.lease_id, sqlite_where=text("lease_id IS NOT NULL"))
+# Only priority buffers order by priority; fifo and table files skip maintaining this index.
+PRIORITY_INDEX = (
+    "CREATE INDEX IF NOT EXISTS ix_items_ready_priority ON items (priority DESC, id) WHERE state = 0"
+)
 
 # Single row (id = 1) of lifetime counters, updated in the transaction that changes them.
 counters = Table(
