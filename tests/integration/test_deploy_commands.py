@@ -456,3 +456,25 @@ def test_commented_health_command_probes_a_port_of_the_layout_config(source, arg
               "k8s": lambda: next(d for d in k8s_docs() if d["kind"] == "ConfigMap")["data"]["config.yaml"]}[layout]()
     ports = {v["port"] for k, v in yaml.safe_load(config)["services"].items() if k in DEFAULT_PORTS}
     assert int(port) in ports, (source, argv, ports)
+
+
+OTHER_COMMANDS = [
+    (f, argv) for f, argv in comment_commands()
+    if pathlib.Path(argv[0]).name in ("trinity", "torchrun") and served_service(argv) not in RUNNABLE
+]
+
+
+@pytest.mark.parametrize(("source", "argv"), OTHER_COMMANDS, ids=[f"{f}:{shlex.join(a)[:60]}" for f, a in OTHER_COMMANDS])
+def test_commented_trainer_explorer_and_tool_commands_parse(source, argv) -> None:
+    """Commands not run here (torch, GPUs) must at least be valid `trinity` / torchrun command lines."""
+    from services.cli.main import build_parser
+
+    if pathlib.Path(argv[0]).name == "torchrun":
+        assert argv[argv.index("-m") + 1] == "services.trainer", argv
+        assert argv[argv.index("--config") + 1] == "/etc/trinity-grpc/config.yaml", argv
+        nproc = next(a.split("=", 1)[1] for a in argv if a.startswith("--nproc-per-node="))
+        assert int(nproc) >= 1
+        return
+    args = build_parser().parse_args(argv[1:])
+    if args.command == "serve":
+        assert args.service in SERVICES and args.config == "/etc/trinity-grpc/config.yaml", argv
