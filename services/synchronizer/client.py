@@ -292,10 +292,15 @@ class WeightPublisher:
 class WeightReceiver:
     """Explorer side: before_step(step, into) follows the plan; receive(version, into) loads one version."""
 
-    def __init__(self, client: SynchronizerClient, cfg: TrinityConfig, *, progress=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, client: SynchronizerClient, cfg: TrinityConfig, *, progress=None, in_place: bool = False) -> None:  # type: ignore[no-untyped-def]
         self.client = client
         self.cfg = cfg.synchronizer
         self.progress = progress  # progress(done, total) per broadcast bucket (nccl), from a thread
+        # nccl: False stages the broadcast in fresh tensors and copies into `into` only after it all
+        # arrived, so a failed sync leaves the model at the version it held (costs one copy of the
+        # weights in memory); True receives straight into `into` and, on failure, marks the held
+        # version -1 (weights partly overwritten) so the plan makes the explorer load a full version.
+        self.in_place = in_place
 
     async def before_step(self, step: int, into: Mapping[str, torch.Tensor] | None = None) -> int:
         """Ask the plan before `step`; load the version it names (in place into `into`). Returns
@@ -333,9 +338,22 @@ class WeightReceiver:
 
         def receive() -> dict[str, torch.Tensor]:
             with bc.WeightGroup(spec) as group:
-                return group.receive(got.tensors, got.bucket_bytes, into, self.progress)
+                staged = group.receive(got.tensors, got.bucket_bytes, into if self.in_place else None, self.progress)
+            if into is None or self.in_place:
+                return staged
+            with torch.no_grad():
+                for name, tensor in staged.items():
+                    into[name].copy_(tensor)
+            return dict(into)
 
-        return await asyncio.to_thread(receive)
+        import torch
+
+        try:
+            return await asyncio.to_thread(receive)
+        except errors.TrinityError:
+            if self.in_place and into is not None:
+                self.client.held = -1
+            raise
 
 
 async def _report_failure(client: SynchronizerClient, version: int, exc: BaseException) -> None:

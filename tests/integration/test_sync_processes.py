@@ -1,0 +1,175 @@
+"""Real processes exchanging real torch weights through the synchronizer.
+
+A synchronizer (`python -m services.synchronizer`), one stand-in trainer and two stand-in explorers
+(tests/integration/sync_member.py, separate Python processes) move weights through a gloo group
+and through checkpoint files. Checked: bit-for-bit equality of every received tensor, the version
+each explorer step ran with against the plan, and what happens when an explorer is SIGKILLed in
+the middle of a broadcast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from services.common.procs import free_port, start_service, stop_process, wait_healthy
+from services.synchronizer.client import SynchronizerClient
+
+MEMBER = pathlib.Path(__file__).with_name("sync_member.py")
+
+
+def write_config(tmp_path: pathlib.Path, port: int, **sync: object) -> pathlib.Path:
+    cfg = {
+        "checkpoint_root_dir": str(tmp_path / "runs"),
+        "project": "p",
+        "name": "n",
+        "services": {"synchronizer": {"host": "127.0.0.1", "port": port}, "call_timeout_s": 20},
+        "synchronizer": {"heartbeat_interval_s": 0.3, "member_timeout_s": 3, "bucket_mb": 1, **sync},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+class Run:
+    """The synchronizer and the member processes of one test; everything stopped by PID."""
+
+    def __init__(self, tmp_path: pathlib.Path, **sync: object) -> None:
+        self.tmp = tmp_path
+        self.port = free_port()
+        self.config = write_config(tmp_path, self.port, **sync)
+        self.events = tmp_path / "events.jsonl"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    async def start_synchronizer(self) -> None:
+        proc = start_service("synchronizer", str(self.config), log_path=str(self.tmp / "synchronizer.log"))
+        self.procs["synchronizer"] = proc
+        await wait_healthy(f"127.0.0.1:{self.port}", 30, alive=lambda: proc.poll() is None)
+
+    def member(self, role: str, member_id: str, steps: int, *extra: str) -> None:
+        cmd = [sys.executable, str(MEMBER), "--config", str(self.config), "--role", role, "--member-id", member_id,
+               "--steps", str(steps), "--events", str(self.events), *extra]
+        log = open(self.tmp / f"{member_id}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[member_id] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+
+    def read(self) -> list[dict]:
+        if not self.events.exists():
+            return []
+        return [json.loads(line) for line in self.events.read_text().splitlines() if line.strip()]
+
+    def of(self, who: str, *events: str) -> list[dict]:
+        return [e for e in self.read() if e["who"] == who and (not events or e["event"] in events)]
+
+    async def wait_for(self, predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            for name, proc in self.procs.items():
+                if name != "explorer-b" and proc.poll() not in (None, 0):
+                    raise AssertionError(f"{name} exited with {proc.returncode}: {self.logs()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}: {self.read()}\n{self.logs()}")
+            await asyncio.sleep(0.1)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in self.tmp.glob("*.log"))
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            stop_process(proc, signal.SIGTERM, timeout=5)
+
+    def all_done(self, *members: str) -> bool:
+        return all(self.of(m, "done") for m in members)
+
+
+async def run_worked_example(tmp_path: pathlib.Path, method: str) -> Run:
+    run = Run(tmp_path, sync_method=method, sync_interval=2, sync_offset=1, sync_timeout=20)
+    await run.start_synchronizer()
+    run.member("trainer", "trainer", 6, "--min-explorers", "2")
+    run.member("explorer", "explorer-a", 8)
+    run.member("explorer", "explorer-b", 8, "--step-s", "0.1")
+    await run.wait_for(lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish")
+    return run
+
+
+def check_worked_example(run: Run) -> None:
+    # explorer 1,2,3 | sync v2 | 4,5 | sync v4 | 6,7 | sync v6 | 8; trainer 1,2 | v2 | 3,4 | v4 | 5,6 | v6
+    for explorer in ("explorer-a", "explorer-b"):
+        steps = [(e["step"], e["version"]) for e in run.of(explorer, "step")]
+        assert steps == [(1, 0), (2, 0), (3, 0), (4, 2), (5, 2), (6, 4), (7, 4), (8, 6)]
+        syncs = run.of(explorer, "sync")
+        assert [e["version"] for e in syncs] == [2, 4, 6] and all(e["exact"] for e in syncs)
+        assert all(e["exact"] for e in run.of(explorer, "step"))
+    trainer = [(e["event"], e.get("step") or e.get("version")) for e in run.of("trainer", "train", "publish")]
+    assert trainer == [("train", 1), ("train", 2), ("publish", 2), ("train", 3), ("train", 4), ("publish", 4),
+                       ("train", 5), ("train", 6), ("publish", 6)]
+
+
+async def test_gloo_group_worked_example_two_explorers_bit_exact(tmp_path: pathlib.Path) -> None:
+    run = await run_worked_example(tmp_path, "nccl")
+    try:
+        check_worked_example(run)
+        async with await SynchronizerClient.connect(f"127.0.0.1:{run.port}") as client:
+            status = await client.get_status()
+            assert [(g.version, g.state, list(g.members)) for g in status.groups][:2] == [
+                (2, "done", ["trainer", "explorer-a", "explorer-b"]),
+                (4, "done", ["trainer", "explorer-a", "explorer-b"]),
+            ]
+            info = await client.get_info()
+            assert info.info.service == "synchronizer" and info.info.stats["latest_version"] == 6
+    finally:
+        run.stop()
+
+
+async def test_checkpoint_worked_example_two_explorers_bit_exact(tmp_path: pathlib.Path) -> None:
+    run = await run_worked_example(tmp_path, "checkpoint")
+    try:
+        check_worked_example(run)
+        run_dir = tmp_path / "runs" / "p" / "n"
+        kept = sorted(p.name for p in run_dir.iterdir())
+        # v2 was pruned once both explorers held v4 (keep_sync_checkpoints: 2 newest); no temp dirs
+        assert kept == ["global_step_4", "global_step_6"]
+        assert sorted(os.listdir(run_dir / "global_step_6")) == ["SYNC_ONLY", "config.json", "manifest.json", "model.safetensors"]
+    finally:
+        run.stop()
+
+
+async def test_sigkilled_explorer_fails_the_sync_and_the_next_sync_succeeds(tmp_path: pathlib.Path) -> None:
+    run = Run(tmp_path, sync_method="nccl", sync_interval=1, sync_offset=0, sync_timeout=6)
+    await run.start_synchronizer()
+    run.member("trainer", "trainer", 4, "--min-explorers", "2")
+    run.member("explorer", "explorer-a", 5)
+    run.member("explorer", "explorer-b", 5, "--stall-at-version", "2")
+    try:
+        await run.wait_for(lambda: run.of("explorer-b", "stalled"), 60, "explorer-b to stall inside the v2 broadcast")
+        killed_at = time.time()
+        os.kill(run.procs["explorer-b"].pid, signal.SIGKILL)
+        await run.wait_for(lambda: run.all_done("trainer", "explorer-a"), 60, "trainer and explorer-a to finish")
+        # the others failed v2 loudly, within sync_timeout of the kill, naming the group
+        for who in ("trainer", "explorer-a"):
+            failed = run.of(who, "sync_failed")
+            assert [e["version"] for e in failed] == [2], failed
+            assert "weight group trinity-weights-v2" in failed[0]["error"]
+            assert failed[0]["t"] - killed_at < 6 + 2
+        # the trainer was not restarted and the next syncs, in a rebuilt group, succeeded
+        assert [e["version"] for e in run.of("trainer", "publish")] == [1, 3, 4]
+        assert [(e["version"], e["exact"]) for e in run.of("explorer-a", "sync")] == [(1, True), (3, True), (4, True)]
+        assert [e["version"] for e in run.of("explorer-a", "step")] == [0, 1, 1, 3, 4]
+        assert all(e["exact"] for e in run.of("explorer-a", "step"))
+        async with await SynchronizerClient.connect(f"127.0.0.1:{run.port}") as client:
+            status = await client.get_status()
+            dead = {m.member_id: (m.alive, m.step) for m in status.members}["explorer-b"]
+            assert dead == (False, 2)  # reported dead at its last step (trainer and a exited since)
+            groups = [(g.version, g.state, len(g.members)) for g in status.groups]
+            assert groups == [(1, "done", 3), (2, "failed", 3), (3, "done", 2), (4, "done", 2)]
+    finally:
+        run.stop()
