@@ -36,9 +36,14 @@ log = get_logger("explorer")
 WRITE_CHUNK = 256
 
 
-class WeightLoader(Protocol):
-    async def load(self, version: int, checkpoint_path: str) -> None:
-        """Make every engine hold `version` (from the checkpoint directory, or the weight group when empty)."""
+class WeightSync(Protocol):
+    """services.explorer.weight_sync.ServiceWeightSync, or a fake in unit tests."""
+
+    async def before_step(self, step: int) -> int | None:
+        """Ask the synchronizer before `step`; load what it names; return that version (None: keep)."""
+
+    async def load_path(self, version: int, path: str) -> None:
+        """Load a checkpoint directory into every engine (bench mode)."""
 
 
 class TaskResolver:
@@ -150,20 +155,16 @@ class Explorer:
         cfg: TrinityConfig,
         *,
         buffer: Any,
-        sync: Any,
+        weights: WeightSync,
         runner: WorkflowRunner,
-        weights: WeightLoader,
         monitor: Any,
-        engine_stats: Any = None,
     ) -> None:
         self.cfg = cfg
         self.name = cfg.explorer.name
         self.buffer = buffer
-        self.sync = sync
         self.runner = runner
         self.weights = weights
         self.monitor = monitor
-        self.engine_stats = engine_stats
         self.resolve = TaskResolver(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
@@ -194,23 +195,13 @@ class Explorer:
     async def sync_before(self, step: int) -> float:
         """Ask the synchronizer; load the version it names. Returns seconds spent."""
         t0 = time.perf_counter()
-        self.state = "waiting_for_sync"
-        decision = await self.sync.begin_explorer_step(self.name, step, self.model_version)
-        if decision.must_sync and decision.load_version is not None:
-            await self.load_version(decision.load_version.version, decision.load_version.checkpoint_path)
-        return time.perf_counter() - t0
-
-    async def load_version(self, version: int, checkpoint_path: str) -> None:
         async with self.weights_lock:
-            self.state = "syncing"
-            try:
-                await self.weights.load(version, checkpoint_path)
-            except Exception as exc:
-                await self.sync.report_sync(self.name, version, False, f"{type(exc).__name__}: {exc}")
-                raise
-            previous, self.model_version = self.model_version, version
-            await self.sync.report_sync(self.name, version, True, "")
-            log.info("weights_loaded", version=version, previous=previous, source=checkpoint_path or "weight group")
+            self.state = "waiting_for_sync"
+            loaded = await self.weights.before_step(step)
+            if loaded is not None:
+                previous, self.model_version = self.model_version, loaded
+                log.info("weights_loaded", step=step, version=loaded, previous=previous)
+        return time.perf_counter() - t0
 
     # --- steps -----------------------------------------------------------------------------------
 
@@ -306,7 +297,7 @@ class Explorer:
         out = {}
         for version, path in checkpoints:
             async with self.weights_lock:
-                await self.weights.load(version, path)
+                await self.weights.load_path(version, path)
                 self.model_version = version
             out[version] = await self.evaluate(version)
         return out

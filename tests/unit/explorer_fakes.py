@@ -51,23 +51,29 @@ class FakeBuffer:
         self.closed.append((buffer, writer_id))
 
 
-@dataclass
-class FakeSync:
-    """Tells the explorer to load `plan[step]` (a (version, path) pair) before that step."""
+class FakeWeightSync:
+    """Loads `plan[step]` (version, checkpoint dir) into every engine before that step."""
 
-    plan: dict[int, tuple[int, str]] = field(default_factory=dict)
-    asked: list = field(default_factory=list)
-    reports: list = field(default_factory=list)
+    def __init__(self, pool, plan=None):
+        from services.explorer.weight_sync import EngineWeights
 
-    async def begin_explorer_step(self, member_id, step, model_version):
-        self.asked.append((step, model_version))
-        if step in self.plan:
-            version, path = self.plan[step]
-            return SimpleNamespace(must_sync=True, load_version=SimpleNamespace(version=version, checkpoint_path=path))
-        return SimpleNamespace(must_sync=False, load_version=None)
+        self.engines = EngineWeights(pool)
+        self.plan = plan or {}
+        self.asked: list[int] = []
+        self.loaded: list[int] = []
 
-    async def report_sync(self, member_id, version, ok, error=""):
-        self.reports.append((version, ok, error))
+    async def before_step(self, step):
+        self.asked.append(step)
+        if step not in self.plan:
+            return None
+        version, path = self.plan[step]
+        await self.engines.load_path(version, path)
+        self.loaded.append(version)
+        return version
+
+    async def load_path(self, version, path):
+        await self.engines.load_path(version, path)
+        self.loaded.append(version)
 
 
 class RecordingMonitor:

@@ -12,18 +12,7 @@ from services.explorer.explorer import Explorer
 from services.explorer.runner import VersionRef
 from services.models.arith import ArithSpec, generate
 from services.models.loading import load_tokenizer
-from tests.unit.explorer_fakes import FakeBuffer, FakeSync, RecordingMonitor
-
-
-class EngineWeights:
-    def __init__(self, pool):
-        self.pool = pool
-        self.loaded = []
-
-    async def load(self, version, path):
-        for engine in self.pool.engines:
-            await engine.update_weights_async(lambda e: e.load_checkpoint(path))
-        self.loaded.append(version)
+from tests.unit.explorer_fakes import FakeBuffer, FakeWeightSync, RecordingMonitor
 
 
 def make_cfg(**explorer) -> TrinityConfig:
@@ -49,16 +38,15 @@ def make_cfg(**explorer) -> TrinityConfig:
 def parts():
     built = []
 
-    def make(cfg, buffer, sync):
+    def make(cfg, buffer, plan=None):
         tok = load_tokenizer(cfg.model.model_path)
         pool = build_pool(cfg, tok)
-        version = VersionRef()
-        runner = build_runner(cfg, pool, tok, version, [])
+        runner = build_runner(cfg, pool, tok, VersionRef(), [])
         monitor = RecordingMonitor()
-        weights = EngineWeights(pool)
-        explorer = Explorer(cfg, buffer=buffer, sync=sync, runner=runner, weights=weights, monitor=monitor)
+        weights = FakeWeightSync(pool, plan)
+        explorer = Explorer(cfg, buffer=buffer, weights=weights, runner=runner, monitor=monitor)
         built.append((pool, runner))
-        return explorer, pool, monitor, weights, tok
+        return explorer, pool, monitor, weights
 
     yield make
     for pool, runner in built:
@@ -70,13 +58,12 @@ async def test_steps_write_batch_times_repeat_with_consistent_logprobs(parts):
     cfg = make_cfg()
     rows = generate(ArithSpec(), 7, seed=1)
     buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:3]})
-    sync = FakeSync()
-    explorer, pool, monitor, _, _ = parts(cfg, buffer, sync)
+    explorer, pool, monitor, weights = parts(cfg, buffer)
     await explorer.run()
     exps = buffer.written["experience_buffer"]
     assert len(exps) == 2 * 3 * 4  # 2 full batches of 3 tasks (the 7th task is a partial batch), 4 rollouts each
     assert buffer.closed == [("experience_buffer", "explorer")]
-    assert [s for s, _ in sync.asked] == [1, 2]
+    assert weights.asked == [1, 2]
     groups = {}
     for exp in exps:
         groups.setdefault(exp.group_id, []).append(exp)
@@ -98,7 +85,7 @@ async def test_restart_resumes_at_next_batch(parts):
     rows = generate(ArithSpec(), 9, seed=2)
     buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
     buffer.cursors[("arith", "explorer")] = 3  # a previous explorer consumed the first batch
-    explorer, *_ = parts(cfg, buffer, FakeSync())
+    explorer, *_ = parts(cfg, buffer)
     await explorer.run()
     assert sorted({e.batch_id for e in buffer.written["experience_buffer"]}) == [2, 3]
     assert {e.task_id for e in buffer.written["experience_buffer"]} == {str(i) for i in range(3, 9)}
@@ -112,7 +99,7 @@ async def test_weight_update_changes_generation(parts, tmp_path):
     cfg.explorer.rollout_model.seed = 7
     rows = generate(ArithSpec(), 6, seed=3)
     buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
-    explorer, pool, _, weights, _ = parts(cfg, buffer, FakeSync(plan={2: (5, str(tmp_path))}))
+    explorer, pool, _, weights = parts(cfg, buffer, plan={2: (5, str(tmp_path))})
     model = pool[0].engine.model
     state = {k: v.detach().clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     with torch.random.fork_rng():

@@ -1,0 +1,60 @@
+"""Getting new weights into the engines: from the synchronizer's plan, or from a checkpoint path (bench).
+
+The synchronizer's WeightReceiver fetches a version (checkpoint files or a gloo/nccl broadcast)
+into fresh tensors; every engine then copies them in under its lock, converting dtype and device
+(a bf16 GPU engine takes the trainer's fp32 weights). vLLM engines go through their own loader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common.logging import get_logger
+from services.explorer.engines.base import EnginePool
+
+log = get_logger("explorer.weights")
+
+
+class EngineWeights:
+    """Loads weights into every engine of a pool."""
+
+    def __init__(self, pool: EnginePool) -> None:
+        self.pool = pool
+
+    async def load_tensors(self, tensors: dict[str, Any]) -> None:
+        for engine in self.pool.engines:
+            await engine.update_weights_async(lambda e: e.update_weights(tensors.items()))
+
+    async def load_path(self, version: int, path: str) -> None:
+        """bench mode and tests: a checkpoint directory of safetensors files (or its model/ subdir)."""
+        for engine in self.pool.engines:
+            await engine.update_weights_async(lambda e: e.load_checkpoint(path))
+        log.info("checkpoint_loaded", version=version, path=path)
+
+
+class ServiceWeightSync(EngineWeights):
+    """Asks the synchronizer before each step and loads what it names (reports the outcome to it)."""
+
+    def __init__(self, pool: EnginePool, client: Any, receiver: Any) -> None:
+        super().__init__(pool)
+        self.client = client
+        self.receiver = receiver
+
+    async def before_step(self, step: int) -> int | None:
+        """Returns the version loaded for this step, or None when the held one stays.
+
+        The receiver fetches the weights (and reports the transfer, failed or not); a failure to
+        copy them into the engines afterwards is reported as a failed sync too.
+        """
+        decision = await self.client.begin_explorer_step(step)
+        if decision.load is None:
+            return None
+        version = decision.load
+        tensors = await self.receiver.receive(version, into=None)
+        try:
+            await self.load_tensors(tensors)
+        except Exception as exc:
+            await self.client.report_sync(version.version, False, f"loading into the engines: {type(exc).__name__}: {exc}")
+            raise
+        log.info("sync", step=step, version=version.version, reason=decision.reason)
+        return int(version.version)
