@@ -48,7 +48,12 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 def _cmd_health(args: argparse.Namespace) -> int:
     from services.common.health import check_health
 
-    status = asyncio.run(check_health(args.address, args.service, timeout=args.timeout))
+    services_cfg = None
+    if args.config:
+        from services.common.config import load_config
+
+        services_cfg = load_config(args.config).services
+    status = asyncio.run(check_health(args.address, args.service, timeout=args.timeout, services_cfg=services_cfg))
     print(status)
     return 0 if status == "SERVING" else 1
 
@@ -85,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("address", help="host:port")
     health.add_argument("--service", default="", help="service name to check (default: the whole server)")
     health.add_argument("--timeout", type=float, default=3.0, help="seconds (default 3)")
+    health.add_argument("--config", default=None, help="config whose services.tls settings the probe uses")
     health.set_defaults(func=_cmd_health)
     return parser
 

@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common import errors
+from services.common import errors, sdnotify
 from services.common.config.services import Endpoint, ServicesConfig
 from services.common.logging import REQUEST_ID_HEADER, get_logger, new_request_id, set_request_id
 from services.common.security import load_token, server_credentials, tokens_match
@@ -197,30 +197,43 @@ class ServiceServer:
         reflection.enable_server_reflection(
             [*self._service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
         )
+        # Handlers go in before the server is reachable, so an early SIGTERM still drains gracefully.
+        self.install_signal_handlers()
         await self._server.start()
         serving = health_pb2.HealthCheckResponse.SERVING
         for service_name in ["", *self._service_names]:
             await self._health.set(service_name, serving)
         log.info("server_started", service=self.name, address=address, port=self.port, tls=creds is not None)
+        sdnotify.ready(f"serving {self.name} on {address}")
         return self.port
 
     def request_stop(self) -> None:
         self._stop_event.set()
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT request a graceful stop (no-op outside the main thread, e.g. in tests)."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.request_stop)
+            try:
+                loop.add_signal_handler(sig, self.request_stop)
+            except (RuntimeError, ValueError):
+                return
+        self._signals_installed = True
 
     async def wait(self) -> None:
         """Serve until SIGTERM/SIGINT or request_stop(), then stop gracefully."""
-        self.install_signal_handlers()
         await self._stop_event.wait()
         await self.stop()
 
     async def stop(self) -> None:
         grace = self.services.shutdown_grace_s
         log.info("server_stopping", service=self.name, grace_s=grace)
+        sdnotify.stopping()
+        if getattr(self, "_signals_installed", False):
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            self._signals_installed = False
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
         for hook in self._shutdown_hooks:
