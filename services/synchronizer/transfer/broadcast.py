@@ -7,9 +7,10 @@ handshake and every collective. No default (world) group is created, so an explo
 uses torch.distributed itself is not disturbed, and a failed group is simply aborted and dropped;
 the next sync builds a new one with whoever is alive.
 
-The broadcast order is the manifest's order on every rank. Tensors of at least `bucket_bytes / 4`
+The broadcast order is the manifest's order on every rank. Large tensors
 travel on their own, straight from the sender's memory into the receiver's (no copy when the
 destination is contiguous); smaller ones are packed into byte buckets of up to `bucket_bytes`.
+(Alone: >= min(bucket_bytes / 4, 1 MiB).)
 """
 
 from __future__ import annotations
@@ -61,13 +62,17 @@ def _nbytes(entry: TensorEntry) -> int:
     return count * _dtype(entry.dtype).itemsize
 
 
+ALONE_BYTES = 1 << 20
+"""Tensors this big travel alone: packing them would cost two memory copies for no gain."""
+
+
 def plan_buckets(tensors: Sequence[TensorEntry], bucket_bytes: int) -> Iterator[list[int]]:
     """Indices per broadcast: big tensors alone, small ones packed up to `bucket_bytes`."""
     bucket: list[int] = []
     size = 0
     for index, entry in enumerate(tensors):
         nbytes = _nbytes(entry)
-        if nbytes >= bucket_bytes // 4:
+        if nbytes >= min(bucket_bytes // 4, ALONE_BYTES):
             yield [index]
             continue
         if bucket and size + nbytes > bucket_bytes:
