@@ -155,8 +155,12 @@ class TrainEngine:
             raise InvalidArgument(f"algorithm {algorithm.name} needs a reference model", field="algorithm.kl_loss_fn")
         if algorithm.use_critic and self.critic is None:
             raise InvalidArgument(f"algorithm {algorithm.name} needs a critic", field="algorithm.use_critic")
-        if settings.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if settings.gradient_checkpointing:
+            # transformers 5 renamed it (the old name warns); older versions only have the old one.
+            if hasattr(model, "activation_checkpointing_enable"):
+                model.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         params = [p for p in self.trainable_modules_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay,
@@ -279,11 +283,11 @@ class TrainEngine:
                 for key, value in parts.items():
                     sums[key] = sums.get(key, 0.0) + float(value) * scale
             grad_norm = self._clip_and_step()
+        metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         self.scheduler.step()
         self.step += 1
         metrics.update({f"actor/{k}": v for k, v in sums.items()})
         metrics["actor/grad_norm"] = grad_norm
-        metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["time/update"] = time.perf_counter() - t_update
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(batch_metrics(batch))
