@@ -38,7 +38,7 @@ INTRO = """\
      change the docstrings of the config models and run `python scripts/gen_config_docs.py`. -->
 
 One YAML file drives all four services (buffer, synchronizer, trainer, explorer). Section and key
-names follow [Trinity-RFT's configuration guide](https://modelscope.github.io/Trinity-RFT/) where
+names follow [Trinity-RFT](https://github.com/modelscope/Trinity-RFT)'s configuration guide where
 Trinity has them, so a Trinity config usually carries over; `services:` (addresses, TLS, auth,
 timeouts) is ours. Each service reads the whole file and uses its own sections.
 
