@@ -39,8 +39,10 @@ INTRO = """\
 
 One YAML file drives all four services (buffer, synchronizer, trainer, explorer). Section and key
 names follow [Trinity-RFT](https://github.com/modelscope/Trinity-RFT)'s configuration guide where
-Trinity has them, so a Trinity config usually carries over; `services:` (addresses, TLS, auth,
-timeouts) is ours. Each service reads the whole file and uses its own sections.
+Trinity has them, so a Trinity user finds them where they expect; Trinity keys this project does
+not implement (veRL's `trainer.trainer_config`, `monitor_type: wandb`, ...) are rejected by name,
+never silently ignored. `services:` (addresses, TLS, auth, timeouts) is ours. Each service reads
+the whole file and uses its own sections.
 
 - **Interpolation.** The file is read with OmegaConf: `${oc.env:VAR,default}` takes an environment
   variable (the default after the comma is used when `VAR` is unset; without a default an unset
