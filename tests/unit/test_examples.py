@@ -91,7 +91,7 @@ def test_gsm8k_prepared_taskset_is_what_the_config_reads(
     _write_parquet(raw / "main" / "train-00000-of-00001.parquet", GSM8K_ROWS)  # the Hub's layout
     _write_parquet(raw / "main" / "test-00000-of-00001.parquet", GSM8K_ROWS[:1])
     _write_parquet(raw / "socratic" / "train-00000-of-00001.parquet", GSM8K_ROWS[:1])
-    prep = _module(REPO / "examples" / "gsm8k_grpo" / "prepare_data.py")
+    prep = _module(REPO / "examples" / "gsm8k_grpo" / "prepare_gsm8k.py")
     assert prep.main([str(raw), str(out)]) == 0
 
     monkeypatch.setenv("GSM8K_PATH", str(out))
@@ -110,7 +110,7 @@ def test_gsm8k_prepared_taskset_is_what_the_config_reads(
 
 
 def test_gsm8k_prepare_rejects_rows_without_a_final_answer(tmp_path: pathlib.Path) -> None:
-    prep = _module(REPO / "examples" / "gsm8k_grpo" / "prepare_data.py")
+    prep = _module(REPO / "examples" / "gsm8k_grpo" / "prepare_gsm8k.py")
     with pytest.raises(ValueError, match="####"):
         prep.convert_row({"question": "q", "answer": "no marker here"})
 
@@ -125,7 +125,7 @@ def test_countdown_prepared_taskset_is_scored_by_countdown_reward(
         {"target": 4, "nums": [2, 2]},
     ]
     _write_parquet(raw / "data" / "train-00000-of-00001.parquet", rows)
-    prep = _module(REPO / "examples" / "countdown_grpo" / "prepare_data.py")
+    prep = _module(REPO / "examples" / "countdown_grpo" / "prepare_countdown.py")
     assert prep.main([str(raw), str(out), "--test-size", "1"]) == 0
 
     monkeypatch.setenv("COUNTDOWN_PATH", str(out))

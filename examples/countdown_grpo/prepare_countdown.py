@@ -1,7 +1,7 @@
 """Turn a downloaded copy of Jiayi-Pan/Countdown-Tasks-3to4 into the taskset this example reads.
 
 Usage:
-    python examples/countdown_grpo/prepare_data.py RAW_DIR OUT_DIR [--test-size 512] [--train-size N]
+    python examples/countdown_grpo/prepare_countdown.py RAW_DIR OUT_DIR [--test-size 512] [--train-size N]
 
 RAW_DIR is the dataset as the Hub stores it (`data/train-00000-of-00001.parquet`, columns
 `target` and `nums`; jsonl works too), e.g. after

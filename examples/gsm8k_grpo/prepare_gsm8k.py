@@ -1,7 +1,7 @@
 """Turn a downloaded copy of openai/gsm8k into the taskset this example reads.
 
 Usage:
-    python examples/gsm8k_grpo/prepare_data.py RAW_DIR OUT_DIR [--subset main]
+    python examples/gsm8k_grpo/prepare_gsm8k.py RAW_DIR OUT_DIR [--subset main]
 
 RAW_DIR is the dataset as the Hub stores it (`main/train-00000-of-00001.parquet`,
 `main/test-00000-of-00001.parquet`; jsonl works too), e.g. after
