@@ -14,7 +14,6 @@ worker thread) or `run_async()` (run on the explorer's event loop; set `is_async
 from __future__ import annotations
 
 import copy
-from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,7 +115,7 @@ class Task:
         )
 
 
-class Workflow(ABC):
+class Workflow:
     """How a task is run: sample from `model`, score, return experiences.
 
     Class attributes a subclass may set:

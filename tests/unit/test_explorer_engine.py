@@ -1,0 +1,150 @@
+"""Sampling, EOS masking, request batching and the vLLM adapter (against a fake with vLLM's interface)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from services.common.errors import FailedPrecondition
+from services.explorer.engines.base import BatchingEngine, GenerationOutput, InferenceEngine, SamplingParams
+from services.explorer.engines.transformers_engine import TransformersEngine, sample_tokens
+from services.explorer.engines.vllm_engine import VLLMEngine, import_vllm
+
+EOS, PAD, VOCAB = 1, 0, 12
+
+
+class CountingLM(torch.nn.Module):
+    """Deterministic toy LM: after token t it predicts t + 1 with near certainty; after 5 it predicts EOS."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(30.0))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True):
+        last = input_ids[:, -1]
+        target = torch.where(last == 5, torch.full_like(last, EOS), (last + 1) % VOCAB)
+        logits = torch.nn.functional.one_hot(target, VOCAB).float() * self.scale
+        return SimpleNamespace(logits=logits[:, None, :].expand(-1, input_ids.shape[1], -1), past_key_values=None)
+
+
+def test_sample_tokens_greedy_topk_topp_and_logprobs_under_temperature():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    gen = torch.Generator().manual_seed(0)
+    tok, lp = sample_tokens(logits, SamplingParams(temperature=0), gen)
+    assert tok.item() == 0 and lp.item() == pytest.approx(torch.log_softmax(logits, -1)[0, 0].item())
+    for params in (SamplingParams(top_k=1, temperature=2.0), SamplingParams(top_p=0.01, temperature=2.0)):
+        tok, lp = sample_tokens(logits, params, gen)
+        # the filter leaves only token 0; its logprob is taken under softmax(logits / 2), unfiltered
+        assert tok.item() == 0 and lp.item() == pytest.approx(torch.log_softmax(logits / 2, -1)[0, 0].item())
+    banned = torch.tensor([0])
+    draws = {sample_tokens(logits, SamplingParams(temperature=0), gen, banned)[0].item() for _ in range(5)}
+    assert draws == {1}
+
+
+def test_generation_stops_at_eos_and_masks_after_it():
+    engine = TransformersEngine(CountingLM(), eos_token_ids=[EOS], pad_token_id=PAD, seed=1)
+    [[stop], [length]] = engine.generate_batch([[2, 3], [7]], SamplingParams(max_tokens=4))
+    assert stop.response_ids.tolist() == [4, 5, EOS] and stop.finish_reason == "stop"  # nothing after EOS
+    assert length.response_ids.tolist() == [8, 9, 10, 11] and length.finish_reason == "length"
+    assert stop.logprobs.shape == (3,) and np.all(stop.logprobs > -1e-3)
+    [[forced]] = engine.generate_batch([[4]], SamplingParams(max_tokens=3, min_tokens=3))
+    assert EOS not in forced.response_ids.tolist()[:2]
+
+
+class GatedEngine(InferenceEngine):
+    """Blocks its first call until released; records the rows of every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def generate_batch(self, prompts, params):
+        if not self.entered.is_set():
+            self.entered.set()
+            self.gate.wait(10)
+        self.calls.append(len(prompts))
+        return [[GenerationOutput(list(p), np.array([len(p)], dtype=np.int64), np.zeros(1, np.float32))] for p in prompts]
+
+    def update_weights(self, named_tensors):
+        pass
+
+
+def test_batching_engine_merges_concurrent_requests_and_splits_n():
+    gated = GatedEngine()
+    engine = BatchingEngine(gated)
+    try:
+        first = engine.submit([[1]], SamplingParams())
+        assert gated.entered.wait(10)  # the engine is busy with the first request
+        futures = [engine.submit([[1, 2]], SamplingParams(n=2)), engine.submit([[1, 2, 3], [4]], SamplingParams(n=3))]
+        other = engine.submit([[9]], SamplingParams(temperature=0.5))  # other settings: its own batch
+        gated.gate.set()
+        assert len(first.result(10)[0]) == 1
+        a, b = (f.result(10) for f in futures)
+        assert [len(x) for x in a] == [2] and [len(x) for x in b] == [3, 3]
+        assert b[0][0].prompt_ids == [1, 2, 3] and b[1][2].prompt_ids == [4]
+        assert other.result(10)[0][0].prompt_ids == [9]
+        assert sorted(gated.calls) == [1, 1, 8]  # 2 + 3 + 3 rows in one batch
+    finally:
+        engine.close()
+
+
+class FakeVLLM:
+    """The parts of vllm the adapter uses: SamplingParams, LLM.generate, LLM.collective_rpc."""
+
+    class SamplingParams(SimpleNamespace):
+        pass
+
+    class LLM:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.loaded = []
+            self.worker = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=self._load)))
+            self.resets = 0
+
+        def _load(self, weights):
+            self.loaded.extend(weights)
+
+        def generate(self, requests, sampling, use_tqdm=False):
+            self.sampling = sampling
+            outs = []
+            for req in requests:
+                ids = [req["prompt_token_ids"][-1] + 1, EOS]
+                lps = [{tok: SimpleNamespace(logprob=-0.25 * (i + 1)), 99: SimpleNamespace(logprob=-9.0)} for i, tok in enumerate(ids)]
+                done = [SimpleNamespace(token_ids=ids, logprobs=lps, finish_reason="stop") for _ in range(sampling.n)]
+                outs.append(SimpleNamespace(outputs=done))
+            return outs
+
+        def collective_rpc(self, fn, args=()):
+            return [fn(self.worker, *args)]
+
+        def reset_prefix_cache(self):
+            self.resets += 1
+
+
+def test_vllm_adapter_maps_sampling_outputs_and_weight_updates():
+    engine = VLLMEngine("some/model", vllm_module=FakeVLLM, seed=3)
+    assert engine.llm.kwargs["logprobs_mode"] == "processed_logprobs" and engine.llm.kwargs["seed"] == 3
+    [[a, b], [c, _]] = engine.generate_batch([[3], [6]], SamplingParams(n=2, top_k=0, max_tokens=5))
+    assert engine.llm.sampling.top_k == -1 and engine.llm.sampling.logprobs == 0
+    assert a.response_ids.tolist() == [4, EOS] and c.response_ids.tolist() == [7, EOS]
+    np.testing.assert_allclose(a.logprobs, [-0.25, -0.5])
+    assert a.finish_reason == "stop" and b.prompt_ids == [3]
+    weights = [("w", torch.ones(2))]
+    engine.update_weights(iter(weights))
+    assert engine.llm.loaded == weights and engine.llm.resets == 1
+
+
+def test_vllm_missing_is_a_clear_error():
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(FailedPrecondition, match="pip install 'trinity-grpc\\[vllm\\]'") as info:
+            import_vllm()
+        assert info.value.field == "explorer.rollout_model.engine_type"
+    else:  # a machine with vLLM: the import works
+        assert import_vllm() is vllm

@@ -1,0 +1,79 @@
+"""Experience operators on hand-made groups, with hand-derived expected values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from services.common.config.monitor import OperatorConfig
+from services.common.errors import InvalidArgument
+from services.common.experience import Experience
+from services.explorer.pipeline import EXPERIENCE_OPERATORS, ExperienceOperator, ExperiencePipeline
+
+
+def exp(group, reward, response=2, **metrics):
+    return Experience(tokens=np.arange(2 + response), prompt_length=2, model_version=0, reward=reward,
+                      group_id=group, metrics=dict(metrics))
+
+
+def rewards(exps):
+    return [e.reward for e in exps]
+
+
+def test_filters():
+    exps = [exp("a", 1.0), exp("a", 0.0), exp("b", 0.5), exp("b", 0.5), exp("c", float("nan")), exp("c", None)]
+    kept, m = EXPERIENCE_OPERATORS.get("reward_filter")(threshold=0.5).process(list(exps))
+    assert rewards(kept) == [1.0, 0.5, 0.5] and m == {"filtered_count": 3.0}
+    kept, m = EXPERIENCE_OPERATORS.get("invalid_reward_filter")().process(list(exps))
+    assert len(kept) == 4 and m["filtered_count"] == 2.0
+    kept, m = EXPERIENCE_OPERATORS.get("reward_std_filter")().process(list(exps[:4]))
+    # group a has rewards [1, 0] (std 0.5) and stays; group b [0.5, 0.5] (std 0) goes
+    assert [e.group_id for e in kept] == ["a", "a"] and m == {"filtered_count": 2.0, "filtered_groups": 1.0}
+
+
+def test_reward_shaping_mapper():
+    op = EXPERIENCE_OPERATORS.get("reward_shaping_mapper")(reward_shaping_configs=[
+        {"stats_key": "quality", "op_type": "ADD", "weight": 0.5},
+        {"stats_key": "length_penalty", "op_type": "MUL", "weight": 2.0},
+    ])
+    out, m = op.process([exp("a", 1.0, quality=0.4, length_penalty=0.25), exp("a", 1.0)])
+    # (1 + 0.5 * 0.4) * (2 * 0.25) = 1.2 * 0.5 = 0.6; the second has no stats and stays 1.0
+    assert rewards(out) == pytest.approx([0.6, 1.0]) and m == {"shaped_count": 2.0}
+    with pytest.raises(InvalidArgument, match="op_type"):
+        EXPERIENCE_OPERATORS.get("reward_shaping_mapper")(reward_shaping_configs=[{"stats_key": "q", "op_type": "POW"}])
+
+
+def test_group_advantage_is_grpo():
+    out, _ = EXPERIENCE_OPERATORS.get("group_advantage")().process([exp("g", 1.0, 3), exp("g", 0.0, 1), exp("g", 0.0, 2), exp("h", 2.0)])
+    # group g: mean 1/3, unbiased std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3) = 0.57735
+    expected = (1 - 1 / 3) / (math.sqrt(1 / 3) + 1e-6)
+    np.testing.assert_allclose(out[0].advantages, [expected] * 3, rtol=1e-6)
+    np.testing.assert_allclose(out[1].advantages, [-expected / 2], rtol=1e-6)
+    np.testing.assert_allclose(out[3].advantages, [0.0, 0.0])  # a group of one has no signal
+
+
+class Doubler(ExperienceOperator):
+    def __init__(self, factor: float = 2.0) -> None:
+        self.factor = factor
+
+    def process(self, exps):
+        for e in exps:
+            e.reward *= self.factor
+        return exps, {"doubled": float(len(exps))}
+
+
+def test_pipeline_from_config_in_order_with_user_operator_by_dotted_path():
+    pipeline = ExperiencePipeline.from_config([
+        OperatorConfig(name="tests.unit.test_explorer_pipeline.Doubler", args={"factor": 3.0}),
+        OperatorConfig(name="reward_filter", args={"threshold": 2.0}),
+    ])
+    out, metrics = pipeline.process([exp("a", 1.0), exp("a", 0.5)])
+    assert rewards(out) == [3.0]
+    assert metrics == {"pipeline/0_Doubler/doubled": 2.0, "pipeline/1_reward_filter/filtered_count": 1.0}
+    with pytest.raises(InvalidArgument) as info:
+        ExperiencePipeline.from_config([OperatorConfig(name="reward_filter", args={"treshold": 1})])
+    assert info.value.field == "data_processor.experience_pipeline.operators[0].args"
+    with pytest.raises(InvalidArgument, match="unknown experience operator 'nope'"):
+        ExperiencePipeline.from_config([OperatorConfig(name="nope")])
