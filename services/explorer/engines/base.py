@@ -109,9 +109,19 @@ class EngineStats:
 class BatchingEngine:
     """Runs one engine on its own thread; concurrent requests with equal sampling settings share a batch."""
 
-    def __init__(self, engine: InferenceEngine, *, max_batch_size: int | None = None, name: str = "engine-0") -> None:
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        *,
+        max_batch_size: int | None = None,
+        name: str = "engine-0",
+        gather_s: float = 0.002,
+    ) -> None:
         self.engine = engine
         self.max_batch_size = max_batch_size or engine.max_batch_size
+        # After the first request of a batch arrives, wait this long (s) for the others that concurrent
+        # workflows submit in the same instant, so they share one batch instead of trickling in.
+        self.gather_s = gather_s
         self.stats = EngineStats()
         self._queue: queue.Queue[_Request | None] = queue.Queue()
         self._lock = threading.Lock()  # held while generating or changing weights
@@ -154,7 +164,7 @@ class BatchingEngine:
         pending = [first]
         while True:
             try:
-                item = self._queue.get_nowait()
+                item = self._queue.get(timeout=self.gather_s) if self.gather_s > 0 else self._queue.get_nowait()
             except queue.Empty:
                 return pending
             if item is None:
