@@ -131,8 +131,12 @@ async def main() -> None:
         "ratio": round(statistics.median(o / b for o, b in zip(ours, base, strict=True)), 4),
         "target_ratio": 0.9,
         "config": {"model": args.model, "tasks": args.tasks, "repeat_times": args.repeat, "max_tokens": args.max_tokens,
-                   "rounds": rounds, "ratio_spread": [round(min(o / b for o, b in zip(ours, base)), 3), round(max(o / b for o, b in zip(ours, base)), 3)], "device": str(engine.device), "torch_threads": __import__("torch").get_num_threads()},
+                   "rounds": rounds, "ratio_spread": [round(min(o / b for o, b in zip(ours, base, strict=True)), 3), round(max(o / b for o, b in zip(ours, base, strict=True)), 3)], "device": str(engine.device), "torch_threads": __import__("torch").get_num_threads()},
     }
+    write_result(result)
+
+
+def write_result(result: dict) -> None:
     out = pathlib.Path(__file__).resolve().parent / "results" / "rollout.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
