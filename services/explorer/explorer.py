@@ -45,6 +45,8 @@ class WeightSync(Protocol):
     async def load_path(self, version: int, path: str) -> None:
         """Load a checkpoint directory into every engine (bench mode)."""
 
+    lock: asyncio.Lock  # held while weights change (evaluations take it too)
+
 
 class TaskResolver:
     """Wire tasks -> workflow tasks: workflow class, reward fn, and the taskset's config as defaults."""
@@ -178,7 +180,7 @@ class Explorer:
         self.step = 0
         self.state = "starting"
         self.written = 0
-        self.weights_lock = asyncio.Lock()
+        self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
 
     @property
@@ -195,12 +197,11 @@ class Explorer:
     async def sync_before(self, step: int) -> float:
         """Ask the synchronizer; load the version it names. Returns seconds spent."""
         t0 = time.perf_counter()
-        async with self.weights_lock:
-            self.state = "waiting_for_sync"
-            loaded = await self.weights.before_step(step)
-            if loaded is not None:
-                previous, self.model_version = self.model_version, loaded
-                log.info("weights_loaded", step=step, version=loaded, previous=previous)
+        self.state = "waiting_for_sync"
+        loaded = await self.weights.before_step(step)  # takes weights_lock only while copying weights
+        if loaded is not None:
+            previous, self.model_version = self.model_version, loaded
+            log.info("weights_loaded", step=step, version=loaded, previous=previous)
         return time.perf_counter() - t0
 
     # --- steps -----------------------------------------------------------------------------------
@@ -296,8 +297,7 @@ class Explorer:
             return {self.model_version: await self.evaluate(self.model_version)}
         out = {}
         for version, path in checkpoints:
-            async with self.weights_lock:
-                await self.weights.load_path(version, path)
-                self.model_version = version
+            await self.weights.load_path(version, path)
+            self.model_version = version
             out[version] = await self.evaluate(version)
         return out

@@ -7,6 +7,7 @@ into fresh tensors; every engine then copies them in under its lock, converting 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from services.common.logging import get_logger
@@ -20,15 +21,20 @@ class EngineWeights:
 
     def __init__(self, pool: EnginePool) -> None:
         self.pool = pool
+        # Held while weights change; an evaluation holds it too, so it never straddles two versions.
+        # Not held while waiting for the synchronizer (that wait may be long).
+        self.lock = asyncio.Lock()
 
     async def load_tensors(self, tensors: dict[str, Any]) -> None:
-        for engine in self.pool.engines:
-            await engine.update_weights_async(lambda e: e.update_weights(tensors.items()))
+        async with self.lock:
+            for engine in self.pool.engines:
+                await engine.update_weights_async(lambda e: e.update_weights(tensors.items()))
 
     async def load_path(self, version: int, path: str) -> None:
         """bench mode and tests: a checkpoint directory of safetensors files (or its model/ subdir)."""
-        for engine in self.pool.engines:
-            await engine.update_weights_async(lambda e: e.load_checkpoint(path))
+        async with self.lock:
+            for engine in self.pool.engines:
+                await engine.update_weights_async(lambda e: e.load_checkpoint(path))
         log.info("checkpoint_loaded", version=version, path=path)
 
 

@@ -99,9 +99,18 @@ async def explorer_info(address: str):
         return reply.info
 
 
+async def evaluate(address: str):
+    import grpc
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        return await explorer_pb2_grpc.ExplorerServiceStub(channel).Evaluate(explorer_pb2.EvaluateRequest(), timeout=60)
+
+
 async def test_explorer_steps_skips_syncs_and_resumes(make_config, service_process, tmp_path) -> None:
     tasks = tmp_path / "arith.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in taskset_rows()))
+    eval_tasks = tmp_path / "eval.jsonl"
+    eval_tasks.write_text("".join(json.dumps(r) + "\n" for r in generate(ArithSpec(), 3, seed=9)))
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "flaky.py").write_text(PLUGIN)
@@ -117,7 +126,13 @@ async def test_explorer_steps_skips_syncs_and_resumes(make_config, service_proce
                 "default_workflow_type": "flaky_arith",
                 "format": {"prompt_key": "question", "response_key": "answer"},
                 "rollout_args": {"temperature": 0.0},
-            }},
+            },
+                "eval_tasksets": [{
+                    "name": "eval_arith", "storage_type": "file", "path": str(eval_tasks), "repeat_times": 2,
+                    "default_workflow_type": "arith_workflow",
+                    "format": {"prompt_key": "question", "response_key": "answer"},
+                }],
+            },
         },
         "explorer": {"max_timeout": 2, "max_retry_times": 1, "runner_per_model": 4, "plugin_dirs": [str(plugins)],
                      "eval_on_startup": False},
@@ -152,6 +167,9 @@ async def test_explorer_steps_skips_syncs_and_resumes(make_config, service_proce
         return info is not None and info.state == "waiting_for_sync" and info.stats["step"] == 4
 
     await wait_for(held_for_v4, "the explorer to wait for v4", proc=explorer)
+    scores = await evaluate(address["explorer"])  # served while the step loop waits for the synchronizer
+    assert scores.model_version == 2
+    assert scores.scores["eval/eval_arith/tasks"] == 3 and "eval/eval_arith/accuracy/best@2" in scores.scores
     stop_process(explorer, sig=signal.SIGKILL, timeout=10)
 
     restarted = service_process("explorer", config)

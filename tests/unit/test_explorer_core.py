@@ -114,3 +114,45 @@ async def test_weight_update_changes_generation(parts, tmp_path):
     assert torch.equal(model.transformer.wte.weight, state["transformer.wte.weight"])
     recomputed = sequence_logprobs(model, exps[-1].tokens.tolist(), exps[-1].prompt_length)
     np.testing.assert_allclose(recomputed, exps[-1].logprobs, atol=1e-4)
+
+
+async def test_bench_evaluates_each_checkpoint_in_order(parts, tmp_path):
+    from safetensors.torch import save_file
+
+    from services.explorer.engines.weights import list_step_dirs
+
+    cfg = make_cfg()
+    rows = generate(ArithSpec(), 4, seed=4)
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows})
+    explorer, pool, monitor, weights = parts(cfg, buffer)
+    state = {k: v.clone() for k, v in pool[0].engine.model.state_dict().items()}
+    full = tmp_path / "checkpoints" / "full"
+    for step in (4, 2):
+        (full / f"global_step_{step}" / "model").mkdir(parents=True)
+        save_file(state, str(full / f"global_step_{step}" / "model" / "model.safetensors"))
+    (tmp_path / "global_step_3").mkdir()  # a sync checkpoint directly under the run dir
+    save_file(state, str(tmp_path / "global_step_3" / "model.safetensors"))
+    found = list_step_dirs(str(full), str(tmp_path))
+    assert [s for s, _ in found] == [2, 3, 4]
+    scores = await explorer.bench(found)
+    assert list(scores) == [2, 3, 4] and weights.loaded == [2, 3, 4]
+    assert [s for s, m in monitor.logged] == [2, 3, 4]
+    assert all(m["eval/eval_arith/tasks"] == 4 for _, m in monitor.logged)
+
+
+async def test_difficulty_feedback_and_missing_workflow(parts):
+    cfg = make_cfg(eval_on_startup=False)
+    cfg.buffer.explorer_input.taskset.task_selector.selector_type = "difficulty_based"
+    rows = generate(ArithSpec(), 3, seed=6)
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
+    explorer, *_ = parts(cfg, buffer)
+    await explorer.run()
+    assert buffer.feedback == [("arith", {"0": 0.0, "1": 0.0, "2": 0.0})]  # the untrained model fails them all
+
+    cfg.buffer.explorer_input.taskset.default_workflow_type = None
+    from services.common.errors import InvalidArgument
+    from services.common.experience import Task as WireTask
+
+    with pytest.raises(InvalidArgument) as info:
+        explorer.resolve(WireTask(taskset="arith", task_id="x"), 1)
+    assert info.value.field == "buffer.explorer_input.taskset.default_workflow_type"
