@@ -207,3 +207,48 @@ async def test_explorer_steps_skips_syncs_and_resumes(make_config, service_proce
     first_prompt = taskset_rows()[0]["question"]
     text = {e.model_version: e.response_text for e in exps if e.prompt_text == first_prompt}
     assert set(text) == {0, 2, 4} and text[0] != text[2]
+
+
+async def test_explorer_receives_weights_over_a_gloo_group(make_config, service_process, tmp_path) -> None:
+    """sync_method nccl on CPU: the trainer side broadcasts over gloo; the explorer loads before step 2."""
+    tasks = tmp_path / "arith.jsonl"
+    rows = generate(ArithSpec(), 4, seed=11)
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config, data = make_config({
+        "mode": "both",
+        "name": "explorer-gloo",
+        "algorithm": {"repeat_times": 2},
+        "model": {"max_prompt_tokens": 32, "max_response_tokens": 4},
+        "buffer": {"batch_size": 2, "explorer_input": {"taskset": {
+            "name": "arith", "storage_type": "file", "path": str(tasks), "default_workflow_type": "arith_workflow",
+            "format": {"prompt_key": "question", "response_key": "answer"}}}},
+        "explorer": {"eval_on_startup": False},
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1, "sync_timeout": 60},
+        "monitor": {"monitor_type": "none"},
+    })
+    cfg = load_config(str(config))
+    address = {name: f"127.0.0.1:{data['services'][name]['port']}" for name in ("buffer", "synchronizer")}
+    service_process("buffer", config)
+    service_process("synchronizer", config)
+    await wait_healthy(address["buffer"], 60)
+    await wait_healthy(address["synchronizer"], 60)
+    trainer = await SynchronizerClient.connect(address["synchronizer"])
+    await trainer.register("trainer", "trainer")
+    buffer = await BufferClient.connect(address["buffer"])
+    explorer = service_process("explorer", config)
+
+    async def written(n: int):
+        return (await buffer.stats("experience_buffer")).written >= n
+
+    await wait_for(lambda: written(4), "step 1", proc=explorer)
+    v1 = perturbed(3)
+    await WeightPublisher(trainer, cfg).publish(v1.state_dict(), 1)  # returns once the explorer received it
+    assert await asyncio.to_thread(explorer.wait, 120) == 0, pathlib.Path(explorer.log_path).read_text()[-4000:]
+    batch = await buffer.read("experience_buffer", 100, max_wait=2)
+    await buffer.close()
+    await trainer.close()
+    models = {0: load_causal_lm("builtin:tiny-arith"), 1: v1}
+    assert sorted((e.batch_id, e.model_version) for e in batch.experiences) == [(1, 0)] * 4 + [(2, 1)] * 4
+    for exp in batch.experiences:
+        recomputed = sequence_logprobs(models[exp.model_version], exp.tokens.tolist(), exp.prompt_length)
+        np.testing.assert_allclose(recomputed, exp.logprobs, atol=1e-4)
