@@ -156,3 +156,22 @@ async def test_difficulty_feedback_and_missing_workflow(parts):
     with pytest.raises(InvalidArgument) as info:
         explorer.resolve(WireTask(taskset="arith", task_id="x"), 1)
     assert info.value.field == "buffer.explorer_input.taskset.default_workflow_type"
+
+
+async def test_two_engines_share_the_work_and_both_take_new_weights(parts, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    cfg = make_cfg(eval_on_startup=False, runner_per_model=2, rollout_model={"engine_num": 2})
+    rows = generate(ArithSpec(), 6, seed=8)
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
+    explorer, pool, _, _ = parts(cfg, buffer, plan={2: (1, str(tmp_path))})
+    assert len(pool) == 2 and len(explorer.runner.wrappers) == 4
+    state = {k: v + 0.1 for k, v in pool[0].engine.model.state_dict().items()}
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "model.safetensors"))
+    await explorer.run()
+    assert all(engine.stats.sequences > 0 for engine in pool.engines)
+    for engine in pool.engines:
+        torch.testing.assert_close(engine.engine.model.state_dict()["transformer.h.0.attn.c_attn.weight"],
+                                   state["transformer.h.0.attn.c_attn.weight"])
+    assert len(buffer.written["experience_buffer"]) == 2 * 3 * 4
