@@ -219,32 +219,32 @@ _FAST_ALLOWED = {"int": "INT32/INT64", "float": "FLOAT32/FLOAT64", "bool": "BOOL
 DeferredFloats = list[tuple[bytes, np.dtype, str]]
 
 
-def _fast_array(msg: pb.Array, field: str, expect: str) -> tuple[int, np.ndarray | bytes | None, np.dtype | None]:
+def _fast_array(msg: pb.Array, where: str, name: str, expect: str) -> tuple[int, Any, Any]:
     """Check `msg` as array_from_proto would; returns (length, float values to check, dtype):
     raw bytes for packed float arrays (checked later, in bulk), an ndarray otherwise."""
     raw = msg.raw
-    if not raw:
-        values = array_from_proto(msg, field, expect=expect)  # empty, or int_values/float_values
+    if not raw or msg.int_values or msg.float_values:  # empty, repeated scalars, or an error
+        values = array_from_proto(msg, f"{where}.{name}", expect=expect)
         if values is None:
             return 0, None, None
         return int(values.shape[0]), values if expect == "float" else None, None
-    if msg.int_values or msg.float_values:
-        array_from_proto(msg, field, expect=expect)  # raises "set only one of ..."
     dtype = _TO_NUMPY.get(msg.dtype)
     if dtype is None:
-        raise InvalidArgument("dtype is required when values are present", field=f"{field}.dtype")
+        raise InvalidArgument("dtype is required when values are present", field=f"{where}.{name}.dtype")
     if dtype.kind != _FAST_KIND[expect]:
-        name = pb.ElementType.Name(msg.dtype)
         raise InvalidArgument(
-            f"dtype {name} is not allowed here; expected {_FAST_ALLOWED[expect]}", field=f"{field}.dtype"
+            f"dtype {pb.ElementType.Name(msg.dtype)} is not allowed here; expected {_FAST_ALLOWED[expect]}",
+            field=f"{where}.{name}.dtype",
         )
     if len(raw) % dtype.itemsize:
         raise InvalidArgument(
             f"raw has {len(raw)} bytes, not a multiple of the {dtype.itemsize}-byte element",
-            field=f"{field}.raw",
+            field=f"{where}.{name}.raw",
         )
-    if expect == "bool" and raw.translate(None, b"\x00\x01"):
-        raise InvalidArgument("bool values must be 0 or 1", field=field)
+    if expect == "bool":
+        if raw.translate(None, b"\x00\x01"):
+            raise InvalidArgument("bool values must be 0 or 1", field=f"{where}.{name}")
+        return len(raw), None, None
     return len(raw) // dtype.itemsize, raw if expect == "float" else None, dtype
 
 
@@ -301,34 +301,38 @@ def validate_experience_message(
     """Reject what experience_from_proto rejects, with the same InvalidArgument field, without
     decoding: lengths come from len(raw) / itemsize, bool arrays are checked with
     bytes.translate, float arrays with one numpy pass (now, or in bulk later when `deferred`
-    is given: call check_deferred_floats(deferred) after the last message).
+    is given: call check_deferred_floats(deferred) after the last message; a NaN is then
+    reported after the other errors of the write rather than in decoding order).
 
     Struct fields (info, messages[i].extra) are not decoded; numbers in them must be finite,
     since experience_from_proto cannot decode them otherwise (json_format raises ValueError
-    there; here it is an InvalidArgument naming the field). About 20x faster than decoding.
+    there; here it is an InvalidArgument naming the field). About 4 µs for a message with
+    tokens and logprobs, ~10x less than decoding.
     """
-    if not msg.HasField("model_version"):
+    has = msg.HasField
+    if not has("model_version"):
         raise InvalidArgument("model_version is required (0 for the base model)", field=f"{where}.model_version")
-    lengths: dict[str, int] = {}
-    floats: list[tuple[str, np.ndarray | bytes, np.dtype | None]] = []
-    for name, expect in _FAST_ARRAYS:
+    n = n_chosen = 0
+    response: list[tuple[str, int, Any, Any]] = []  # set response arrays: name, length, floats, dtype
+    for name, expect in _FAST_ARRAYS:  # decoding, in experience_from_proto's order
         if name == "chosen":  # experience_from_proto decodes info and messages before chosen
             _check_structs(msg, where)
-        if not msg.HasField(name):
-            lengths[name] = 0
+        if not has(name):
             continue
-        n, values, dtype = _fast_array(getattr(msg, name), f"{where}.{name}", expect)
-        lengths[name] = n
-        if values is not None and n:
-            floats.append((name, values, dtype))
+        length, values, dtype = _fast_array(getattr(msg, name), where, name, expect)
+        if name == "tokens":
+            n = length
+        elif name == "chosen":
+            n_chosen = length
+        elif length and name != "rejected":
+            response.append((name, length, values, dtype))
     # From here on: Experience.validate's checks, in its order.
     if msg.model_version < 0:
         raise InvalidArgument("model_version is required and must be >= 0", field=f"{where}.model_version")
-    if msg.HasField("reward") and not math.isfinite(msg.reward):
+    if has("reward") and not math.isfinite(msg.reward):
         raise InvalidArgument(f"reward must be finite, got {msg.reward}", field=f"{where}.reward")
-    n = lengths["tokens"]
     if n == 0:
-        if not len(msg.messages) and lengths["chosen"] == 0:
+        if not msg.messages and n_chosen == 0:
             raise InvalidArgument("an experience needs tokens, messages or chosen/rejected", field=f"{where}.tokens")
         return
     prompt_length = msg.prompt_length
@@ -337,20 +341,16 @@ def validate_experience_message(
             f"prompt_length must be in [0, {n}) for {n} tokens, got {prompt_length}",
             field=f"{where}.prompt_length",
         )
-    response = n - prompt_length
-    for name, _ in _FAST_ARRAYS[1:6]:
-        length = lengths[name]
-        if length and length != response:
+    for name, length, values, dtype in response:
+        if length != n - prompt_length:
             raise InvalidArgument(
-                f"length {length} does not match the response length {response} "
+                f"length {length} does not match the response length {n - prompt_length} "
                 f"(len(tokens) {n} - prompt_length {prompt_length})",
                 field=f"{where}.{name}",
             )
-        # finiteness is checked in the same order, after this array's length
-        for fname, values, dtype in floats:
-            if fname != name:
-                continue
-            if deferred is not None and isinstance(values, bytes):
-                deferred.append((values, dtype, f"{where}.{name}"))  # type: ignore[arg-type]
-            elif not _finite(values, dtype):
-                raise InvalidArgument("values must be finite", field=f"{where}.{name}")
+        if values is None:
+            continue
+        if deferred is not None and dtype is not None:
+            deferred.append((values, dtype, f"{where}.{name}"))
+        elif not _finite(values, dtype):
+            raise InvalidArgument("values must be finite", field=f"{where}.{name}")
