@@ -283,8 +283,8 @@ class ItemBuffer:
                     lambda conn, n=missing: self._claim_op(conn, lease_id, lease_len, n, min_model_version),
                     self._after_claim,
                 )
-                if claimed.rows and not got:
-                    first_claim_at = claimed.now
+                if claimed.rows and not got:  # from the commit: its own latency is no waiting
+                    first_claim_at = time.time()
                 got.extend(claimed.rows)
             if (
                 len(got) >= batch_size
