@@ -96,8 +96,8 @@ def main() -> None:
     args = parser.parse_args()
     quick = args.quick
     rows_per_step, micro = (4, 2) if quick else (8, 4)
-    prompt_len, max_response = (48, 96) if quick else (96, 192)
-    steps = 3 if quick else 5
+    prompt_len, max_response = (32, 64) if quick else (64, 128)
+    steps = 4 if quick else 6
     if args.device == "cuda":  # a GPU has room for real batch sizes
         rows_per_step, micro, prompt_len, max_response, steps = 64, 16, 256, 512, 6
     torch.manual_seed(0)

@@ -31,6 +31,7 @@ class Built:
     tokenizer: Any
     state: TrainerState | None  # None: a fresh start
     resumed_from: str = ""
+    dist: Any = None  # DistContext under trainer.strategy fsdp2
 
 
 def pick_device() -> str:
@@ -44,7 +45,8 @@ def train_dtype(cfg: TrinityConfig) -> str:
     return "float32" if cfg.model.dtype == "auto" else cfg.model.dtype
 
 
-def build_engine(cfg: TrinityConfig, *, device: str | None = None) -> Built:
+def build_engine(cfg: TrinityConfig, *, device: str | None = None, dist: Any = None) -> Built:
+    """Models, algorithm and optimizer; `dist` (a DistContext) shards the policy and critic with FSDP2."""
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -52,7 +54,7 @@ def build_engine(cfg: TrinityConfig, *, device: str | None = None) -> Built:
     from services.trainer.algorithms import build_algorithm
     from services.trainer.engine import EngineSettings, TrainEngine, ValueModel
 
-    device = device or pick_device()
+    device = str(dist.device) if dist is not None else device or pick_device()
     hf_logging.disable_progress_bar()  # checkpoint saves would print tqdm bars into the JSON logs
     algorithm = build_algorithm(cfg.algorithm)
     settings = EngineSettings.from_config(cfg)
@@ -69,10 +71,10 @@ def build_engine(cfg: TrinityConfig, *, device: str | None = None) -> Built:
     critic = None
     if algorithm.use_critic:
         critic = ValueModel(load_causal_lm(cfg.model.effective_critic_path, dtype=dtype, device=device, seed=cfg.model.seed))
-    engine = TrainEngine(model, algorithm, settings, ref_model=ref_model, critic=critic, device=device)
+    engine = TrainEngine(model, algorithm, settings, ref_model=ref_model, critic=critic, device=device, dist=dist)
     state = None
     if latest:
         engine.load_state_dict(load_engine_state(latest[1], map_location=device))
         state = load_trainer_state(latest[1])
         log.info("resumed", step=state.step, path=str(latest[1]), samples=state.cursor.samples)
-    return Built(engine, tokenizer, state, str(latest[1]) if latest else "")
+    return Built(engine, tokenizer, state, str(latest[1]) if latest else "", dist)

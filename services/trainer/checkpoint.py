@@ -76,11 +76,13 @@ def save_checkpoint(
     model: Any,
     tokenizer: Any,
     engine_state: dict[str, Any],
+    model_state: dict[str, Any] | None = None,
     keep: int | None = None,
 ) -> pathlib.Path:
-    """Write global_step_<state.step> atomically; prune to the newest `keep`. Returns its path."""
-    from services.models.loading import save_model
+    """Write global_step_<state.step> atomically; prune to the newest `keep`. Returns its path.
 
+    model_state: the full weights when `model` is sharded (FSDP); None saves `model`'s own.
+    """
     root = pathlib.Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"global_step_{state.step}"
@@ -89,7 +91,9 @@ def save_checkpoint(
     for stale in root.glob(f"{_TMP_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f"{_TMP_PREFIX}{state.step}-{os.getpid()}"
-    save_model(model, tokenizer, tmp / "model")
+    (tmp / "model").mkdir(parents=True)
+    model.save_pretrained(tmp / "model", state_dict=model_state)
+    tokenizer.save_pretrained(tmp / "model")
     engine_state = {**engine_state, "rng": _rng_state()}
     torch.save(engine_state, tmp / "engine.pt")
     state.saved_at = time.time()

@@ -26,6 +26,7 @@ from services.common.config.schema import TrinityConfig
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.batching import Batch, ModelInputs, micro_batches
+from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,10 @@ class TrainEngine:
         ref_model: nn.Module | None = None,
         critic: ValueModel | None = None,
         device: str | torch.device = "cpu",
+        dist: DistContext | None = None,
     ) -> None:
-        self.device = torch.device(device)
+        self.dist = dist
+        self.device = dist.device if dist is not None else torch.device(device)
         self.model = model.to(self.device)
         self.algorithm = algorithm
         self.settings = settings
@@ -161,6 +164,11 @@ class TrainEngine:
                 model.activation_checkpointing_enable({"use_reentrant": False})
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if dist is not None:  # shard before the optimizer sees the parameters (they become DTensors)
+            shard(self.model)
+            if self.critic is not None:
+                shard(self.critic)
+        self._trainables = nn.ModuleDict({"policy": self.model, **({"critic": self.critic} if self.critic is not None else {})})
         params = [p for p in self.trainable_modules_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay,
@@ -263,26 +271,35 @@ class TrainEngine:
         self.model.train()
         t_update = time.perf_counter()
         n = len(batch)
+        world = self.dist.world_size if self.dist is not None else 1
         sums: dict[str, float] = {}
         grad_norm = 0.0
         for _epoch in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             sums = {}
-            for idx in micro_batches(batch, self.settings.micro_batch_size):
+            chunks = micro_batches(batch, self.settings.micro_batch_size)
+            if self.dist is not None:
+                mine = deal_micro_batches(chunks, self.dist.rank, world)
+            else:
+                mine = [(c, True) for c in chunks]
+            for idx, real in mine:
+                share = len(idx) / n if real else 0.0  # a dummy keeps the ranks' collectives in step
                 mb = batch.select(idx)
                 logprob, entropy = self.policy(mb.inputs)
                 values = self.critic(mb.inputs) if self.critic is not None else None
-                scale = len(idx) / n
-                loss, parts = self.algorithm.compute_loss(mb.train, logprob, entropy, values, loss_scale=scale)
+                # FSDP averages gradients over ranks; `world` turns that average back into the sum.
+                loss, parts = self.algorithm.compute_loss(mb.train, logprob, entropy, values, loss_scale=share * world)
                 loss.backward()
-                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach())
+                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world
+                for key, value in parts.items():
+                    sums[key] = sums.get(key, 0.0) + float(value) * share
                 if entropy is not None:
                     mask = mb.train.action_mask
                     mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
-                    sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * scale
-                for key, value in parts.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * scale
+                    sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
             grad_norm = self._clip_and_step()
+        if self.dist is not None:
+            sums = all_reduce_sums(sums, self.device)
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         self.scheduler.step()
         self.step += 1
@@ -297,6 +314,8 @@ class TrainEngine:
         params = [p for p in self.trainable_modules_parameters() if p.grad is not None]
         max_norm = self.settings.grad_clip if self.settings.grad_clip > 0 else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if hasattr(norm, "full_tensor"):  # FSDP: a DTensor holding the global norm
+            norm = norm.full_tensor()
         if torch.isfinite(norm):
             self.optimizer.step()
         # A non-finite norm skips the update (the grads are garbage) but still counts the step.
@@ -304,23 +323,58 @@ class TrainEngine:
 
     # ---- checkpoint state -----------------------------------------------------------------------
 
+    def full_model_state(self) -> dict[str, Tensor]:
+        """The policy's full (unsharded) weights; under FSDP a collective, filled on rank 0 only (CPU)."""
+        if self.dist is None:
+            return {k: v.detach() for k, v in self.model.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(self.model, options=options)
+
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer, scheduler, critic and step (the model's weights are saved separately, HF format)."""
-        state: dict[str, Any] = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "step": self.step,
-        }
+        """Optimizer, scheduler, critic and step (the model's weights are saved separately, HF format).
+
+        Under FSDP the optimizer state is gathered in full (keyed by parameter name) on rank 0, so
+        a checkpoint resumes under any world size of the same strategy.
+        """
+        state: dict[str, Any] = {"scheduler": self.scheduler.state_dict(), "step": self.step}
+        if self.dist is None:
+            state["optimizer"] = self.optimizer.state_dict()
+            if self.critic is not None:
+                state["critic"] = self.critic.state_dict()
+            return state
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state["optimizer"] = get_optimizer_state_dict(self._trainables, self.optimizer, options=options)
         if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
+            state["critic"] = get_model_state_dict(self.critic, options=options)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Every rank passes the full state it read from the checkpoint."""
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = int(state["step"])
+        if self.dist is None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.critic is not None and "critic" in state:
+                self.critic.load_state_dict(state["critic"])
+            return
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
         if self.critic is not None and "critic" in state:
-            self.critic.load_state_dict(state["critic"])
+            set_model_state_dict(self.critic, state["critic"], options=options)
+        set_optimizer_state_dict(self._trainables, self.optimizer, state["optimizer"], options=options)
 
 
 def batch_metrics(batch: Batch) -> dict[str, float]:

@@ -30,16 +30,17 @@ class SynchronizerSink:
     async def begin_step(self, step: int) -> None:
         await self.client.begin_trainer_step(step)
 
-    async def end_step(self, step: int, model: Any) -> bool:
+    async def end_step(self, step: int, engine: Any) -> bool:
         if not await self.client.end_trainer_step(step):
             return False
         if step <= self.latest_version:
             log.warning("publish_skipped", step=step, latest_version=self.latest_version,
                         reason="a newer version was published before this trainer restarted")
             return False
-        state = {k: v.detach() for k, v in model.state_dict().items()}
-        config = model.config.to_dict() if hasattr(model, "config") else None
         t0 = time.perf_counter()
+        state = await asyncio.to_thread(engine.full_model_state)  # a collective under FSDP
+        model = engine.model
+        config = model.config.to_dict() if hasattr(model, "config") else None
         await self.publisher.publish(state, step, config=config)
         self.latest_version = step
         log.info("version_published", version=step, seconds=round(time.perf_counter() - t0, 3))

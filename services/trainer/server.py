@@ -58,23 +58,45 @@ async def make_sink(cfg: TrinityConfig) -> Any:
     return await connect_sink(cfg)
 
 
+def run_follower(cfg: TrinityConfig, ctx: Any) -> None:
+    """Ranks > 0 under torchrun: hold a shard, run rank 0's collective calls, exit when it says stop."""
+    import signal
+
+    from services.trainer.build import build_engine
+    from services.trainer.distributed import follow
+
+    # torchrun forwards SIGTERM to every rank; rank 0 then still needs us for the final checkpoint.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    built = build_engine(cfg, dist=ctx)
+    log.info("follower_ready", rank=ctx.rank, world_size=ctx.world_size)
+    follow(built.engine, ctx)
+
+
 async def serve(cfg: TrinityConfig) -> None:
     from services.buffer.client import BufferClient
     from services.common.monitor import make_monitor
     from services.trainer.build import build_engine
+    from services.trainer.distributed import LeaderEngine, init_distributed
     from services.trainer.service import TrainerLoop
 
+    ctx = init_distributed() if cfg.trainer.strategy == "fsdp2" else None
+    if ctx is not None and not ctx.is_main:
+        run_follower(cfg, ctx)
+        return
     server = ServiceServer("trainer", cfg.services)
     servicer = TrainerServicer(server)
     server.add(trainer_pb2_grpc.add_TrainerServiceServicer_to_server, servicer, SERVICE_NAME)
     port = await server.start()
     log.info("trainer_listening", port=port)
     serving = asyncio.ensure_future(server.wait())  # returns after SIGTERM/SIGINT or request_stop()
+    engine: Any = None
     try:
-        built = await asyncio.to_thread(build_engine, cfg)
+        built = await asyncio.to_thread(build_engine, cfg, dist=ctx)
+        engine = LeaderEngine(built.engine, ctx) if ctx is not None else built.engine
         async with await BufferClient.connect(cfg.services.buffer.address, services_cfg=cfg.services) as buffer:
             sink = await make_sink(cfg)
-            loop = TrainerLoop(cfg, built.engine, built.tokenizer, buffer, sink=sink,
+            loop = TrainerLoop(cfg, engine, built.tokenizer, buffer, sink=sink,
                                monitor=make_monitor(cfg, "trainer"), state=built.state)
             servicer.loop = loop
             run = asyncio.ensure_future(loop.run())
@@ -84,5 +106,7 @@ async def serve(cfg: TrinityConfig) -> None:
                 loop.request_stop()
             await run
     finally:
+        if ctx is not None and engine is not None:
+            engine.shutdown()
         server.request_stop()
         await serving

@@ -46,8 +46,8 @@ class ExperienceSource(Protocol):
     """The buffer as the trainer sees it (services.buffer.client.BufferClient fits)."""
 
     async def read(
-        self, buffer: str, batch_size: int, *, max_wait_s: float, lease_s: float, min_model_version: int = 0,
-        reader_id: str = "",
+        self, buffer: str, batch_size: int, *, max_wait: float, lease_s: float, reader_id: str = "",
+        min_model_version: int = 0,
     ) -> LeasedRead: ...
 
     async def ack(self, lease_id: str) -> Any: ...
@@ -61,8 +61,8 @@ class WeightSink(Protocol):
     async def begin_step(self, step: int) -> None:
         """Called before step `step` reads data; may wait until the sync plan lets it run."""
 
-    async def end_step(self, step: int, model: Any) -> bool:
-        """Called after step `step` was applied and acked; publishes when due, True if it did."""
+    async def end_step(self, step: int, engine: Any) -> bool:
+        """Called after step `step` was applied and acked; publishes engine.full_model_state() when due."""
 
     async def close(self) -> None: ...
 
@@ -73,7 +73,7 @@ class NullSink:
     async def begin_step(self, step: int) -> None:
         return None
 
-    async def end_step(self, step: int, model: Any) -> bool:
+    async def end_step(self, step: int, engine: Any) -> bool:
         return False
 
     async def close(self) -> None:
@@ -191,7 +191,7 @@ class TrainerLoop:
             metrics["time/ack"] = time.perf_counter() - t1
             self._advance_cursor(got, metrics)
             t2 = time.perf_counter()
-            published = await self.sink.end_step(step, self.engine.model)
+            published = await self.sink.end_step(step, self.engine)
             if published:
                 self.status.model_version = step
             metrics["time/publish"] = time.perf_counter() - t2
@@ -231,7 +231,7 @@ class TrainerLoop:
         have = 0
         while have < wanted:
             read = asyncio.ensure_future(self.source.read(
-                buffer, wanted - have, max_wait_s=self.cfg.trainer.read_timeout_s, lease_s=self.cfg.buffer.lease_s,
+                buffer, wanted - have, max_wait=self.cfg.trainer.read_timeout_s, lease_s=self.cfg.buffer.lease_s,
                 min_model_version=request.min_model_version, reader_id=self.cfg.trainer.name,
             ))
             stop = asyncio.ensure_future(self._stop.wait())
@@ -290,10 +290,15 @@ class TrainerLoop:
 
     async def _save_locked(self) -> tuple[str, int]:
         state = TrainerState(step=self.engine.step, model_version=self.status.model_version, cursor=self.cursor)
-        path = await asyncio.to_thread(
-            save_checkpoint, self.checkpoint_root, state, model=self.engine.model, tokenizer=self.tokenizer,
-            engine_state=self.engine.state_dict(), keep=self.cfg.trainer.max_checkpoints_to_keep,
-        )
+
+        def gather_and_write() -> Any:  # gathering is a collective under FSDP: off the event loop
+            model_state, engine_state = self.engine.full_model_state(), self.engine.state_dict()
+            return save_checkpoint(
+                self.checkpoint_root, state, model=self.engine.model, tokenizer=self.tokenizer,
+                engine_state=engine_state, model_state=model_state, keep=self.cfg.trainer.max_checkpoints_to_keep,
+            )
+
+        path = await asyncio.to_thread(gather_and_write)
         self._saved_step = self.engine.step
         self.status.last_checkpoint = str(path)
         log.info("checkpoint_saved", step=self.engine.step, path=str(path))
