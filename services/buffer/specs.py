@@ -2,8 +2,8 @@
 
 - `buffer.explorer_input.taskset` -> taskset; `eval_tasksets` -> tasksets with is_eval;
 - `buffer.trainer_input.experience_buffer`: storage_type queue -> fifo (priority when
-  use_priority_queue), sql -> table, file -> table (Trinity's debug JSON file; a table keeps the
-  same data, re-readable);
+  use_priority_queue), sql -> table, file -> taskset (a dataset of rows, as in Trinity's SFT/DPO
+  stages: the trainer reads the rows with ReadTasks and tokenizes them itself);
 - `auxiliary_buffers` (and the legacy `sft_warmup_dataset`): file -> taskset, queue/sql as above.
 """
 
@@ -58,11 +58,7 @@ def specs_from_config(cfg: Any) -> list[BufferSpec]:
     for i, ts in enumerate(b.explorer_input.eval_tasksets):
         specs.append(spec_of(ts, name=ts.name or f"eval_taskset_{i}", is_eval=True))
     ti = b.trainer_input
-    specs.append(
-        spec_of(
-            ti.experience_buffer, name=ti.experience_buffer.name or "experience_buffer", file_kind="table"
-        )
-    )
+    specs.append(spec_of(ti.experience_buffer, name=ti.experience_buffer.name or "experience_buffer"))
     for key, aux in ti.auxiliary_buffers.items():
         specs.append(spec_of(aux, name=aux.name or key))
     if ti.sft_warmup_dataset is not None:

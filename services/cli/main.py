@@ -20,7 +20,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from services.cli.run import run
 
-    return run(args.config, args.overrides)
+    return run(args.config, args.overrides, verbose=args.verbose)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run all services of the config's mode on this machine (default: the embedded demo)")
     add_serve_args(run)
+    run.add_argument("--verbose", "-v", action="store_true", help="forward every log line (default: per-step lines only go to the log files)")
     run.set_defaults(func=_cmd_run)
 
     status = sub.add_parser("status", help="health and version of each service of a config")

@@ -1,46 +1,52 @@
 """`trinity run`: every service of the config's mode as a child process on this machine.
 
-Order: buffer, synchronizer, then trainer and/or explorer, each started once the previous ones
-report SERVING. Child output is forwarded with a `[name]` prefix and kept in
-<run dir>/logs/<service>.log. The run ends when the workers (trainer, explorer) exit 0; if any
-child dies otherwise, or on Ctrl-C, the others get SIGTERM (then SIGKILL after the grace).
-Stages run one after another, each with its own resolved config in its run dir.
+Per stage: buffer and synchronizer start first; the eval tasksets are scored on the stage's
+starting weights (an explorer in bench mode); then the trainer and/or explorer run until they
+finish, with a progress line every few seconds; the eval tasksets are scored again on the
+stage's final checkpoint; `<run dir>/summary.json` is updated; the next stage starts from this
+stage's final weights. A child that dies unexpectedly is restarted (up to `max_restarts` times):
+the services resume from the buffer's cursors and the trainer's latest checkpoint. Ctrl-C stops
+everything (SIGTERM, then SIGKILL after the grace). Re-running the same command continues an
+unfinished run (continue_from_checkpoint) and skips finished stages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
+from services.cli import stages as st
+from services.cli.progress import ProgressReporter, render_line, should_forward
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import TrinityError
 from services.common.health import wait_healthy
 from services.common.procs import free_port
 
 INFRA = ("buffer", "synchronizer")
-WORKERS_OF_MODE = {"both": ("trainer", "explorer"), "train": ("trainer",), "explore": ("explorer",), "bench": ("explorer",)}
+WORKERS_OF_MODE = {"both": ("trainer", "explorer"), "train": ("trainer",), "explore": ("explorer",), "bench": ()}
 _WIDTH = 12
+
+
+def say(message: str, *, err: bool = False) -> None:
+    print(f"[{'run':<{_WIDTH}}] {message}", file=sys.stderr if err else sys.stdout, flush=True)
 
 
 @dataclass
 class Child:
     name: str
     proc: asyncio.subprocess.Process
-    log_file: object
+    log_file: Any
     pump: asyncio.Task[None] | None = None
-    expected_exit: bool = False
-    lines: list[str] = field(default_factory=list)
-
-
-def services_for_mode(mode: str) -> tuple[str, ...]:
-    return (*INFRA, *WORKERS_OF_MODE[mode])
+    tail: list[str] = field(default_factory=list)
 
 
 def resolve_ports(cfg: TrinityConfig) -> TrinityConfig:
@@ -62,119 +68,206 @@ def write_resolved_config(cfg: TrinityConfig, path: str) -> None:
         yaml.safe_dump(data, fh, sort_keys=False)
 
 
-class Supervisor:
+class StageRunner:
     """Runs one stage's services; see the module docstring."""
 
-    def __init__(self, cfg: TrinityConfig, config_path: str) -> None:
+    def __init__(self, cfg: TrinityConfig, config_path: str, *, verbose: bool = False, max_restarts: int = 3) -> None:
         self.cfg = cfg
         self.config_path = config_path
+        self.verbose = verbose
+        self.max_restarts = max_restarts
         self.children: dict[str, Child] = {}
         self.log_dir = os.path.join(cfg.run_dir, "logs")
 
-    async def _start(self, name: str) -> Child:
+    # ---- children -------------------------------------------------------------------------------
+
+    async def start(self, name: str, *overrides: str, label: str | None = None) -> Child:
+        label = label or name
         os.makedirs(self.log_dir, exist_ok=True)
-        log_file = open(os.path.join(self.log_dir, f"{name}.log"), "ab")  # noqa: ASYNC230, SIM115 - closed in stop_all
+        log_file = open(os.path.join(self.log_dir, f"{label}.log"), "ab")  # noqa: ASYNC230, SIM115 - closed in stop_all
+        args = [arg for item in overrides for arg in ("--set", item)]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", f"services.{name}", "--config", self.config_path,
+            sys.executable, "-m", f"services.{name}", "--config", self.config_path, *args,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
         )
-        child = Child(name, proc, log_file)
+        child = Child(label, proc, log_file)
         child.pump = asyncio.create_task(self._pump(child))
-        self.children[name] = child
+        self.children[label] = child
+        address = self.cfg.services.endpoint(name).address  # type: ignore[arg-type]
+        await wait_healthy(address, self.cfg.services.health_wait_s, services_cfg=self.cfg.services,
+                           alive=lambda: proc.returncode is None)
         return child
 
     async def _pump(self, child: Child) -> None:
         assert child.proc.stdout is not None
         prefix = f"[{child.name:<{_WIDTH}}] "
         async for raw in child.proc.stdout:
-            child.log_file.write(raw)  # type: ignore[attr-defined]
+            child.log_file.write(raw)
             line = raw.decode(errors="replace").rstrip()
-            child.lines = (child.lines + [line])[-20:]
-            print(prefix + line, flush=True)
+            child.tail = (child.tail + [line])[-20:]
+            if should_forward(line, self.verbose):
+                print(prefix + render_line(line), flush=True)
 
-    async def run(self) -> int:
-        names = services_for_mode(self.cfg.mode)
-        try:
-            for name in names:
-                child = await self._start(name)
-                address = self.cfg.services.endpoint(name).address  # type: ignore[arg-type]
-                await wait_healthy(
-                    address, self.cfg.services.health_wait_s, services_cfg=self.cfg.services,
-                    alive=lambda c=child: c.proc.returncode is None,
-                )
-                print(f"[{'run':<{_WIDTH}}] {name} is SERVING at {address}", flush=True)
-            return await self._watch(WORKERS_OF_MODE[self.cfg.mode])
-        except (TimeoutError, RuntimeError) as exc:
-            print(f"[{'run':<{_WIDTH}}] start-up failed: {exc}", file=sys.stderr, flush=True)
-            return 1
-        finally:
-            await self.stop_all()
-
-    async def _watch(self, workers: Sequence[str]) -> int:
-        pending = {name: asyncio.create_task(c.proc.wait()) for name, c in self.children.items()}
-        done_workers: set[str] = set()
-        while True:
-            finished, _ = await asyncio.wait(pending.values(), return_when=asyncio.FIRST_COMPLETED)
-            for name, task in list(pending.items()):
-                if task not in finished:
-                    continue
-                del pending[name]
-                code = task.result()
-                if name in workers and code == 0:
-                    done_workers.add(name)
-                    print(f"[{'run':<{_WIDTH}}] {name} finished", flush=True)
-                    continue
-                print(f"[{'run':<{_WIDTH}}] {name} exited with code {code}; stopping the others", file=sys.stderr, flush=True)
-                return 1
-            if done_workers == set(workers):
-                return 0
+    async def stop(self, label: str) -> None:
+        child = self.children.pop(label, None)
+        if child is None:
+            return
+        grace = self.cfg.services.shutdown_grace_s + 5
+        if child.proc.returncode is None:
+            child.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(child.proc.wait(), grace)
+            except asyncio.TimeoutError:
+                say(f"{label} did not stop in {grace:.0f}s; killing it", err=True)
+                child.proc.kill()
+                await child.proc.wait()
+        if child.pump is not None:
+            await child.pump
+        child.log_file.close()
 
     async def stop_all(self) -> None:
-        grace = self.cfg.services.shutdown_grace_s + 5
-        # Workers first, then the infrastructure they write to.
-        order = [n for n in ("explorer", "trainer", "synchronizer", "buffer") if n in self.children]
-        for name in order:
-            child = self.children[name]
-            if child.proc.returncode is None:
-                child.proc.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(child.proc.wait(), grace)
-                except asyncio.TimeoutError:
-                    print(f"[{'run':<{_WIDTH}}] {name} did not stop in {grace:.0f}s; killing it", file=sys.stderr)
-                    child.proc.kill()
-                    await child.proc.wait()
-            if child.pump is not None:
-                await child.pump
-            child.log_file.close()  # type: ignore[attr-defined]
+        for label in [n for n in ("explorer-bench", "explorer", "trainer", "synchronizer", "buffer") if n in self.children]:
+            await self.stop(label)
+
+    # ---- the stage ------------------------------------------------------------------------------
+
+    async def run(self, entry: dict[str, Any], save: Any) -> int:
+        started = time.monotonic()
+        try:
+            for name in INFRA:
+                await self.start(name)
+                say(f"{name} is SERVING at {self.cfg.services.endpoint(name).address}")  # type: ignore[arg-type]
+            has_eval = bool(self.cfg.buffer.explorer_input.eval_tasksets)
+            if has_eval and "start" not in entry["eval"]:
+                entry["eval"]["start"] = await self.bench("start")
+                save()
+            workers = WORKERS_OF_MODE[self.cfg.mode]
+            if workers:
+                code = await self.run_workers(workers)
+                if code != 0:
+                    return code
+            await self.record_counts(entry)
+            if has_eval:
+                entry["eval"]["end"] = await self.bench("end")
+            entry["status"] = "complete"
+            return 0
+        except (TimeoutError, RuntimeError, TrinityError) as exc:
+            say(f"stage failed: {exc}", err=True)
+            return 1
+        finally:
+            entry["wall_s"] = round(entry.get("wall_s", 0.0) + time.monotonic() - started, 1)
+            save()
+            await self.stop_all()
+
+    async def bench(self, when: str) -> dict[str, float]:
+        """Score the eval tasksets with an explorer in bench mode (starting weights, or the latest checkpoint)."""
+        say(f"evaluating ({when} of stage)")
+        before = len(st.eval_records(self.cfg))
+        child = await self.start("explorer", "mode=bench", "explorer.bench_on_latest_checkpoint=true", label="explorer-bench")
+        code = await child.proc.wait()
+        await self.stop("explorer-bench")
+        if code != 0:
+            raise RuntimeError(f"the bench explorer exited with code {code}: {' / '.join(child.tail[-3:])}")
+        records = st.eval_records(self.cfg)[before:]
+        if not records:
+            raise RuntimeError("the bench explorer recorded no eval scores")
+        scores = st.main_first(records[-1]["scores"])
+        first = next(iter(scores))
+        say(f"eval {when}: {first} = {scores[first]:.4f} (model version {records[-1]['model_version']})")
+        return scores
+
+    async def run_workers(self, workers: Sequence[str]) -> int:
+        for name in workers:
+            await self.start(name)
+            say(f"{name} is SERVING at {self.cfg.services.endpoint(name).address}")  # type: ignore[arg-type]
+        reporter = ProgressReporter(self.cfg, [*workers])
+        progress = asyncio.create_task(reporter.run())
+        try:
+            return await self._watch(workers)
+        finally:
+            progress.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await progress
+
+    async def _watch(self, workers: Sequence[str]) -> int:
+        restarts: dict[str, int] = {}
+        done: set[str] = set()
+        while True:
+            waits = {asyncio.ensure_future(c.proc.wait()): label for label, c in self.children.items()}
+            finished, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for fut in pending:
+                fut.cancel()
+            for fut in finished:
+                label, code = waits[fut], fut.result()
+                if label in workers and code == 0:
+                    done.add(label)
+                    say(f"{label} finished")
+                    child = self.children.pop(label)
+                    if child.pump is not None:
+                        await child.pump
+                    child.log_file.close()
+                    continue
+                restarts[label] = restarts.get(label, 0) + 1
+                if restarts[label] > self.max_restarts:
+                    say(f"{label} exited with code {code} {restarts[label]} times; giving up", err=True)
+                    return 1
+                say(f"{label} exited with code {code}; restarting it ({restarts[label]}/{self.max_restarts})", err=True)
+                await self.stop(label)
+                await self.start(label)
+            if done == set(workers):
+                return 0
+
+    async def record_counts(self, entry: dict[str, Any]) -> None:
+        from services.buffer.client import BufferClient
+
+        name = self.cfg.buffer.trainer_input.experience_buffer.name or "experience_buffer"
+        async with await BufferClient.connect(self.cfg.services.buffer.address, services_cfg=self.cfg.services) as buffer:
+            stats = await buffer.stats(name)
+        steps, trained, _ = st.trained_rows(self.cfg)
+        entry["steps"] = steps
+        entry["experiences"] = {"written": stats.written, "trained": trained, "buffered": stats.depth + stats.leased}
 
 
-async def run_async(config: str | None, overrides: Sequence[str] = ()) -> int:
+async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:
     cfg = load_config(config, overrides)
     if not cfg.continue_from_checkpoint:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        cfg = load_config(config, [*overrides, f"name={cfg.name}_{stamp}"])
+        cfg = load_config(config, [*overrides, f"name={cfg.name}_{time.strftime('%Y%m%d-%H%M%S')}"])
+    root = cfg.run_dir
+    summary = st.load_summary(root)
+    previous: TrinityConfig | None = None
     for index, stage in enumerate(cfg.stage_configs):
-        stage = resolve_ports(stage)
+        label = cfg.stages[index].stage_name if cfg.stages else cfg.name
+        user_model = bool(cfg.stages and cfg.stages[index].model)
+        stage = resolve_ports(st.chain_model(stage, previous, user_model))
+        previous = stage
+        entry = st.stage_entry(summary, label)
+        if entry["status"] == "complete":
+            say(f"stage {index + 1}/{len(cfg.stage_configs)} {label} already complete; skipping")
+            continue
         path = os.path.join(stage.run_dir, "config.resolved.yaml")
         write_resolved_config(stage, path)
-        label = cfg.stages[index].stage_name if cfg.stages else stage.name
-        print(f"[{'run':<{_WIDTH}}] stage {index + 1}/{len(cfg.stage_configs)} {label}: mode {stage.mode}, run dir {stage.run_dir}", flush=True)
-        code = await Supervisor(stage, path).run()
+        say(f"stage {index + 1}/{len(cfg.stage_configs)} {label}: mode {stage.mode}, "
+            f"algorithm {stage.algorithm.algorithm_type}, model {stage.model.model_path}, run dir {stage.run_dir}")
+        code = await StageRunner(stage, path, verbose=verbose).run(entry, lambda: st.save_summary(root, summary))
         if code != 0:
             return code
+    print("\n" + st.format_table(summary), flush=True)
+    print(f"\nsummary: {st.summary_path(root)}", flush=True)
+    if cfg.monitor.monitor_type == "tensorboard":
+        print(f"TensorBoard: tensorboard --logdir {root}", flush=True)
     return 0
 
 
-def run(config: str | None, overrides: Sequence[str] = ()) -> int:
+def run(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:
     loop = asyncio.new_event_loop()
-    main = loop.create_task(run_async(config, overrides))
+    main = loop.create_task(run_async(config, overrides, verbose=verbose))
     loop.add_signal_handler(signal.SIGINT, main.cancel)
     loop.add_signal_handler(signal.SIGTERM, main.cancel)
     try:
         return loop.run_until_complete(main)
     except asyncio.CancelledError:
-        print(f"[{'run':<{_WIDTH}}] interrupted; services stopped", file=sys.stderr)
+        say("interrupted; services stopped (run the same command again to continue)", err=True)
         return 130
     except TrinityError as exc:
         print(f"trinity run: {exc}", file=sys.stderr)

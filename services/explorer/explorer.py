@@ -16,6 +16,8 @@ data the explorer closes its writer on the experience buffer so the trainer sees
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import time
 from typing import Any, Protocol
 
@@ -289,7 +291,17 @@ class Explorer:
                 self.state = previous
         if scores:
             self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
+            await asyncio.to_thread(self._record_eval, step, scores)
         return scores
+
+    def _record_eval(self, step: int, scores: dict[str, float]) -> None:
+        """Append to <run dir>/eval/results.jsonl: `trinity run` builds summary.json from it."""
+        record = {"time": time.time(), "explorer": self.name, "mode": self.cfg.mode, "step": step,
+                  "model_version": self.model_version, "scores": scores}
+        path = os.path.join(self.cfg.run_dir, "eval", "results.jsonl")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
 
     async def bench(self, checkpoints: list[tuple[int, str]]) -> dict[int, dict[str, float]]:
         """bench mode: evaluate each checkpoint in order (the current weights when there is none)."""

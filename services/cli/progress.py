@@ -1,0 +1,116 @@
+"""Live progress for `trinity run`: one line every few seconds from each service's GetInfo, and a
+filter that keeps per-step log lines (summarized by that line) off the console. Every line still
+goes to <run dir>/logs/<service>.log."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from services.cli.status import service_info
+from services.common.config import TrinityConfig
+from services.common.errors import TrinityError
+
+# Per-step events: the progress line summarizes them; `trinity run --verbose` shows them too.
+CHATTY_EVENTS = frozenset(
+    {"train_step", "explore_step", "weights_loaded", "version_published", "sync", "waiting_for_data"}
+)
+
+
+def should_forward(line: str, verbose: bool) -> bool:
+    """Forward non-JSON lines (tracebacks, prints) and every event except the per-step ones."""
+    if verbose or not line.startswith("{"):
+        return True
+    try:
+        event = json.loads(line).get("event", "")
+    except ValueError:
+        return True
+    return event not in CHATTY_EVENTS
+
+
+_HIDDEN_KEYS = frozenset({"event", "timestamp", "logger", "service", "level", "request_id"})
+
+
+def render_line(line: str) -> str:
+    """A JSON log line as `event key=value ...` (level shown when not info); other lines unchanged."""
+    if not line.startswith("{"):
+        return line
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    level = record.get("level", "info")
+    fields = " ".join(f"{k}={_short(v)}" for k, v in record.items() if k not in _HIDDEN_KEYS)
+    text = f"{record.get('event', '')} {fields}".rstrip()
+    return text if level == "info" else f"{level.upper()} {text}"
+
+
+def _short(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _fmt(value: float) -> str:
+    if value != value:  # NaN
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.3g}"
+
+
+def progress_line(elapsed: float, infos: dict[str, Any]) -> str:
+    """e.g. `42s | trainer step 12 loss 0.03 v12 1.2k tok/s | explorer step 14 v12 reward 0.62 | buffer …`."""
+    parts = [f"{elapsed:5.0f}s"]
+    trainer = infos.get("trainer")
+    if trainer is not None:
+        s = trainer.stats
+        parts.append(
+            f"trainer {trainer.state} step {int(s.get('step', 0))} loss {_fmt(s.get('loss', float('nan')))} "
+            f"v{int(s.get('model_version', 0))} {_fmt(s.get('tokens_per_s', 0.0))} tok/s"
+        )
+    explorer = infos.get("explorer")
+    if explorer is not None:
+        s = explorer.stats
+        parts.append(
+            f"explorer {explorer.state} step {int(s.get('step', 0))} v{int(s.get('model_version', 0))} "
+            f"reward {_fmt(s.get('reward_mean', 0.0))} written {int(s.get('experiences_written', 0))} "
+            f"{_fmt(s.get('tokens_per_s', 0.0))} tok/s"
+        )
+    if trainer is not None and explorer is not None:
+        staleness = explorer.stats.get("model_version", 0) - trainer.stats.get("model_version", 0)
+        parts.append(f"version lag {int(-staleness)}")
+    return " | ".join(parts)
+
+
+class ProgressReporter:
+    """Polls GetInfo of the given services and prints a progress line."""
+
+    def __init__(self, cfg: TrinityConfig, services: list[str], interval_s: float = 5.0) -> None:
+        self.cfg = cfg
+        self.services = services
+        self.interval_s = interval_s
+        self.started = time.monotonic()
+        self.last: dict[str, Any] = {}
+
+    async def poll(self) -> dict[str, Any]:
+        infos = {}
+        for name in self.services:
+            address = self.cfg.services.endpoint(name).address  # type: ignore[arg-type]
+            try:
+                infos[name] = await service_info(name, address, self.cfg.services, timeout=2.0)
+            except TrinityError:
+                continue
+        if infos:
+            self.last = infos
+        return infos
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            infos = await self.poll()
+            if infos:
+                print(f"[{'progress':<12}] " + progress_line(time.monotonic() - self.started, infos), flush=True)

@@ -1,0 +1,111 @@
+"""Stage bookkeeping for `trinity run`: chaining weights between stages, eval records, summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from services.common.config import TrinityConfig
+
+
+def summary_path(root_run_dir: str) -> str:
+    return os.path.join(root_run_dir, "summary.json")
+
+
+def load_summary(root_run_dir: str) -> dict[str, Any]:
+    try:
+        with open(summary_path(root_run_dir)) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {"stages": []}
+
+
+def save_summary(root_run_dir: str, summary: dict[str, Any]) -> None:
+    path = summary_path(root_run_dir)
+    os.makedirs(root_run_dir, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(summary, fh, indent=2)
+    os.replace(tmp, path)
+
+
+def stage_entry(summary: dict[str, Any], name: str) -> dict[str, Any]:
+    for entry in summary["stages"]:
+        if entry["name"] == name:
+            return entry
+    entry = {"name": name, "status": "pending", "eval": {}, "steps": 0,
+             "experiences": {"written": 0, "trained": 0, "buffered": 0}, "wall_s": 0.0}
+    summary["stages"].append(entry)
+    return entry
+
+
+def final_model_dir(stage: TrinityConfig) -> str | None:
+    """The model directory of a stage's latest full checkpoint (what the next stage starts from)."""
+    from services.trainer.checkpoint import full_checkpoint_root, latest_checkpoint, model_dir
+
+    found = latest_checkpoint(full_checkpoint_root(stage.run_dir))
+    return str(model_dir(found[1])) if found else None
+
+
+def chain_model(stage: TrinityConfig, previous: TrinityConfig | None, user_set_model: bool) -> TrinityConfig:
+    """Start `stage` from the previous stage's final weights unless the stage sets `model:` itself."""
+    if previous is None or user_set_model:
+        return stage
+    path = final_model_dir(previous)
+    if path is None:
+        return stage
+    model = stage.model.model_copy(update={"model_path": path, "tokenizer_path": None})
+    return stage.model_copy(update={"model": model})
+
+
+def eval_records(stage: TrinityConfig) -> list[dict[str, Any]]:
+    path = os.path.join(stage.run_dir, "eval", "results.jsonl")
+    try:
+        with open(path) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except OSError:
+        return []
+
+
+def main_first(scores: dict[str, float]) -> dict[str, float]:
+    """Scores with the main one first: an accuracy mean of the first eval taskset, else the first key."""
+    keys = list(scores)
+    ranked = sorted(keys, key=lambda k: (not ("accuracy" in k and "mean@" in k), keys.index(k)))
+    return {k: scores[k] for k in ranked}
+
+
+def trained_rows(stage: TrinityConfig) -> tuple[int, int, list[float]]:
+    """(steps, rows trained, reward mean per step) from the trainer's progress.jsonl."""
+    path = os.path.join(stage.run_dir, "trainer", "progress.jsonl")
+    steps, rows, rewards = 0, 0, []
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if line.strip():
+                    record = json.loads(line)
+                    steps = max(steps, int(record["step"]))
+                    rows += len(record["rows"])
+                    rewards.append(float(record["metrics"].get("critic/rewards/mean", float("nan"))))
+    except OSError:
+        pass
+    return steps, rows, rewards
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    header = f"{'stage':<14} {'steps':>6} {'eval start':>11} {'eval end':>9} {'written':>8} {'trained':>8} {'buffered':>9} {'wall s':>7}"
+    lines = [header, "-" * len(header)]
+    for entry in summary["stages"]:
+        start, end = entry["eval"].get("start", {}), entry["eval"].get("end", {})
+        first = next(iter(end or start), "")
+        s = f"{start[first]:.3f}" if first in start else "-"
+        e = f"{end[first]:.3f}" if first in end else "-"
+        ex = entry["experiences"]
+        lines.append(
+            f"{entry['name']:<14} {entry['steps']:>6} {s:>11} {e:>9} {ex['written']:>8} {ex['trained']:>8} "
+            f"{ex['buffered']:>9} {entry['wall_s']:>7.0f}"
+        )
+    main = next((k for st in summary["stages"] for k in st["eval"].get("end", {})), "")
+    if main:
+        lines.append(f"(eval columns: {main})")
+    return "\n".join(lines)
