@@ -11,12 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.buffer.convert import read_response, spec_from_proto, spec_to_proto, stats_to_proto
+import grpc
+
+from services.buffer.convert import (
+    read_response_bytes,
+    serialize,
+    spec_from_proto,
+    spec_to_proto,
+    stats_to_proto,
+    stream_read_response_bytes,
+)
 from services.buffer.core import BufferCore
 from services.buffer.specs import data_dir, defaults_from_config, specs_from_config
 from services.common.logging import get_logger
 from services.common.server import ServiceServer
 from services.common.version import __version__
+from services.buffer.types import ReadResult
 from services.common.wire import task_to_proto
 from trinity_grpc.buffer.v1 import buffer_pb2 as bpb
 from trinity_grpc.buffer.v1 import buffer_pb2_grpc
@@ -60,25 +70,25 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         )
         return bpb.WriteResponse(written=r.written, duplicate=r.duplicate, evicted=r.evicted)
 
-    async def _read(self, req: bpb.ReadRequest, context: Any) -> bpb.ReadResponse:
+    async def _read(self, req: bpb.ReadRequest, context: Any) -> ReadResult:
         wait = req.max_wait_s if req.max_wait_s >= 0 else self.core.items(req.buffer).max_read_timeout
-        r = await self.core.read(
+        return await self.core.read(
             req.buffer,
             req.batch_size,
             max_wait=_budget(context, wait) or 0.0,
             lease_s=req.lease_s,
             min_model_version=req.min_model_version,
         )
-        return read_response(r)
 
-    async def Read(self, request: bpb.ReadRequest, context: Any) -> bpb.ReadResponse:  # noqa: N802
-        return await self._read(request, context)
+    async def Read(self, request: bpb.ReadRequest, context: Any) -> bytes:  # noqa: N802
+        """A serialized ReadResponse: the stored experiences go out as stored (see add_to_server)."""
+        return read_response_bytes(await self._read(request, context))
 
     async def StreamRead(self, request: bpb.StreamReadRequest, context: Any):  # type: ignore[no-untyped-def]  # noqa: N802
         while True:
             batch = await self._read(request.read, context)
-            if batch.experiences or batch.end_of_data:
-                yield bpb.StreamReadResponse(batch=batch)
+            if batch.payloads or batch.end_of_data:
+                yield stream_read_response_bytes(read_response_bytes(batch))
             if batch.end_of_data:
                 return
 
@@ -126,14 +136,47 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         return bpb.GetInfoResponse(info=self.server.info(__version__, stats=self.core.summary()))
 
 
+class _BytesResponses:
+    """Stands in for the grpc server while the generated `add_BufferServiceServicer_to_server`
+    registers its handlers, and swaps in a serializer that passes bytes through for the RPCs
+    whose servicer methods return hand-built messages (Read, StreamRead): the generated code
+    offers no other hook for the serializer."""
+
+    BYTES_OUT = ("Read", "StreamRead")
+
+    def __init__(self, server: Any) -> None:
+        self._server = server
+        self.registered = False
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        """Replaced by the handlers registered in add_registered_method_handlers."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        handlers = dict(handlers)
+        for name in self.BYTES_OUT:
+            h = handlers[name]
+            make = grpc.unary_stream_rpc_method_handler if h.response_streaming else grpc.unary_unary_rpc_method_handler
+            behavior = h.unary_stream if h.response_streaming else h.unary_unary
+            handlers[name] = make(behavior, h.request_deserializer, serialize)
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+        self._server.add_registered_method_handlers(service, handlers)
+        self.registered = True
+
+
+def add_to_server(servicer: BufferServicer, server: Any) -> None:
+    """add_BufferServiceServicer_to_server, with Read/StreamRead sending bytes as they are."""
+    proxy = _BytesResponses(server)
+    buffer_pb2_grpc.add_BufferServiceServicer_to_server(servicer, proxy)
+    if not proxy.registered:  # generated code of another grpcio-tools release
+        raise RuntimeError("add_BufferServiceServicer_to_server did not call add_registered_method_handlers")
+
+
 async def serve(cfg: Any) -> None:
     """Open every configured buffer, serve until SIGTERM/SIGINT, then close the files."""
     core = BufferCore(data_dir(cfg), defaults_from_config(cfg))
     await core.start(specs_from_config(cfg))
     server = ServiceServer("buffer", cfg.services)
-    server.add(
-        buffer_pb2_grpc.add_BufferServiceServicer_to_server, BufferServicer(core, server), SERVICE_NAME
-    )
+    server.add(add_to_server, BufferServicer(core, server), SERVICE_NAME)
     server.on_shutdown(core.close)
     try:
         port = await server.start()
