@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from services.common import errors
 from services.common.config.schema import TrinityConfig
 from services.common.experience import Experience
 from services.common.logging import get_logger
@@ -32,6 +33,7 @@ from services.trainer.checkpoint import DataCursor, TrainerState, full_checkpoin
 from services.trainer.engine import TrainEngine
 
 log = get_logger("trainer")
+RETRY_DELAY_S = 1.0
 
 
 class LeasedRead(Protocol):
@@ -187,7 +189,7 @@ class TrainerLoop:
             train_s = time.perf_counter() - t0
             t1 = time.perf_counter()
             for lease in got.leases:
-                await self.source.ack(lease)
+                await self._ack(lease)
             metrics["time/ack"] = time.perf_counter() - t1
             self._advance_cursor(got, metrics)
             t2 = time.perf_counter()
@@ -240,7 +242,13 @@ class TrainerLoop:
             if not read.done():
                 read.cancel()
                 return False
-            result = read.result()
+            try:
+                result = read.result()
+            except (errors.Unavailable, errors.DeadlineExceeded) as exc:
+                # The buffer restarts or is overloaded: rows we hold stay leased; try again shortly.
+                log.warning("buffer_read_failed", buffer=buffer, error=str(exc))
+                await asyncio.sleep(RETRY_DELAY_S)
+                continue
             if result.lease_id and result.experiences:
                 got.leases.append(result.lease_id)
             got.experiences.extend(result.experiences)
@@ -254,6 +262,26 @@ class TrainerLoop:
                 self.status.state = "waiting_for_data"
                 log.info("waiting_for_data", buffer=buffer, have=have, wanted=wanted, step=self.engine.step + 1)
         return True
+
+    async def _ack(self, lease: str) -> None:
+        """Ack, retrying while the buffer is unreachable (within the lease); an unknown lease is logged.
+
+        A lease the buffer no longer knows expired before the step finished (lease_s shorter than
+        a step): its rows were handed out again and may be trained twice — raise buffer.lease_s.
+        """
+        deadline = time.monotonic() + self.cfg.buffer.lease_s
+        while True:
+            try:
+                await self.source.ack(lease)
+                return
+            except (errors.NotFound, errors.FailedPrecondition) as exc:
+                log.warning("lease_lost_before_ack", lease=lease, error=str(exc), hint="raise buffer.lease_s")
+                return
+            except (errors.Unavailable, errors.DeadlineExceeded) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("ack_retry", lease=lease, error=str(exc))
+                await asyncio.sleep(RETRY_DELAY_S)
 
     # ---- bookkeeping ----------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """The sharded path: the trainer service under torchrun, 2 CPU processes on gloo, FSDP2.
 
-Rank 0 serves and reads a real buffer; rank 1 follows. With 3 rows and micro-batches of 1, rank 0
-gets two micro-batches and rank 1 one plus a zero-weight dummy. The losses and the gathered final
-weights must match a one-process engine trained on the same batches.
+Rank 0 serves, reads a real buffer and publishes to a real synchronizer; rank 1 follows. GRPO with
+a reference model and behaviour logprobs recomputed by the trainer. With 3 rows and micro-batches
+of 1, rank 0 gets two micro-batches and rank 1 one plus a zero-weight dummy. The losses, grad
+norms, the published version 2 and the final checkpoint must match a one-process engine trained on
+the same batches.
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ from services.buffer.client import BufferClient
 from services.common.config.loader import load_config
 from services.common.procs import free_port, stop_process, wait_healthy
 from services.models.loading import load_causal_lm
+from services.synchronizer.client import SynchronizerClient
+from services.synchronizer.transfer.checkpoint import load_checkpoint
 from services.trainer.batching import build_batch
 from services.trainer.build import build_engine
 from tests.unit.trainer_fakes import experience
 
-ROWS = [("1+2=", "3"), ("12+30=", "42"), ("7+7=", "14")]
+ROWS = [("1+2=", "3", "a", 1.0), ("1+2=", "4", "a", 0.0), ("7+7=", "14", "b", 1.0)]  # GRPO groups a, b
 STEPS = 3
 
 
 async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_process, tmp_path) -> None:
     config, data = make_config({
-        "mode": "train",
+        "mode": "both",
         "name": "fsdp-it",
-        "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 1e-3}},
+        "algorithm": {"algorithm_type": "grpo", "optimizer": {"lr": 1e-3}},
+        "synchronizer": {"sync_method": "checkpoint", "sync_interval": 2},
         "buffer": {"batch_size": 3},
         "trainer": {"total_steps": STEPS, "save_interval": 100, "micro_batch_size": 1, "strategy": "fsdp2",
                     "read_timeout_s": 2},
@@ -40,9 +45,12 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
     })
     run_dir = pathlib.Path(data["checkpoint_root_dir"]) / "trinity-grpc" / "fsdp-it"
     buffer_addr = f"127.0.0.1:{data['services']['buffer']['port']}"
+    sync_addr = f"127.0.0.1:{data['services']['synchronizer']['port']}"
     service_process("buffer", config)
+    service_process("synchronizer", config)
     await wait_healthy(buffer_addr, 60)
-    rows = [experience(p, r, task_id=f"s{s}-{i}") for s in range(STEPS) for i, (p, r) in enumerate(ROWS)]
+    await wait_healthy(sync_addr, 60)
+    rows = [experience(p, r, task_id=f"s{s}-{task}", reward=reward) for s in range(STEPS) for p, r, task, reward in ROWS]
     async with await BufferClient.connect(buffer_addr) as buffer:
         await buffer.write("experience_buffer", rows)
 
@@ -65,11 +73,22 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
         "checkpoint_root_dir": str(tmp_path / "single"),
     })
     engine = build_engine(cfg, device="cpu").engine
-    expected = [engine.train_step(build_batch(rows[3 * s: 3 * s + 3], pad_token_id=0)) for s in range(STEPS)]
+    expected, at_step_2 = [], {}
+    for s in range(STEPS):
+        expected.append(engine.train_step(build_batch(rows[3 * s: 3 * s + 3], pad_token_id=0)))
+        if s == 1:
+            at_step_2 = {k: v.clone() for k, v in engine.model.state_dict().items()}
     got = [json.loads(x)["metrics"] for x in (run_dir / "trainer" / "progress.jsonl").read_text().splitlines()]
     # AdamW is blind to a constant gradient factor; the pre-clip grad norm is not, so check both.
     for key in ("actor/loss", "actor/grad_norm"):
-        assert [m[key] for m in got] == pytest.approx([m[key] for m in expected], rel=1e-5), key
+        assert [m[key] for m in got] == pytest.approx([m[key] for m in expected], rel=1e-5, abs=1e-7), key
+
+    async with await SynchronizerClient.connect(sync_addr) as sync:
+        version = await sync.wait_for_version(2, timeout=10)
+    assert version.version == 2  # sync_interval 2: step 2 published, step 3 not
+    published = load_checkpoint(version.checkpoint_path, version.files)
+    for name, tensor in at_step_2.items():
+        torch.testing.assert_close(published[name], tensor, rtol=1e-4, atol=1e-4, msg=name)
 
     sharded = load_causal_lm(str(run_dir / "checkpoints" / "full" / f"global_step_{STEPS}" / "model")).state_dict()
     for name, tensor in engine.model.state_dict().items():

@@ -4,8 +4,9 @@ One scenario (processes are expensive on a 2-core machine):
   run 1: 5 fixed batches in the buffer, save_interval 3 → trains steps 1-5, checkpoint at 3, then
          waits for data; SIGKILL.
   run 2: resumes at step 3 and must reproduce run 1's step-4 loss on new rows with the same content;
-         never sees a row acked by run 1; SaveCheckpoint/GetInfo answer while it waits; the last
-         batches take it to total_steps and it exits 0.
+         never sees a row acked by run 1; GetInfo/SaveCheckpoint answer while it waits; SIGTERM
+         makes it exit 0.
+  run 3: resumes at 5; the last batches take it to total_steps and it exits 0.
 """
 
 from __future__ import annotations
@@ -92,12 +93,17 @@ async def test_trainer_learns_resumes_and_never_retrains_acked_rows(make_config,
 
         async with await TrainerClient.connect(trainer_addr) as trainer:
             info = await trainer.get_info()
-            assert info.stats["step"] == 5.0
+            assert info.stats["step"] == 5.0 and info.state in ("reading", "waiting_for_data")
             path, step = await trainer.save_checkpoint()
             assert step == 5 and path.endswith("global_step_5")
+        second.send_signal(signal.SIGTERM)  # graceful: abandons the read, exits 0
+        assert second.wait(30) == 0
+        assert "trainer_stopping" in pathlib.Path(second.log_path).read_text()
 
+        # ---- run 3: resumes at 5, the last two batches reach total_steps, exit 0
         await buffer.write("experience_buffer", _batches(7, 2))
-        assert second.wait(90) == 0
+        third = service_process("trainer", config)
+        assert third.wait(90) == 0, pathlib.Path(third.log_path).read_text()[-3000:]
         after = _progress(run_dir)[5:]
         assert [r["step"] for r in after] == [4, 5, 6, 7]
         seen_after = [key for r in after for key in r["rows"]]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from services.common.config.schema import TrinityConfig
+from services.common.errors import NotFound, Unavailable
 from services.common.experience import Experience
 from services.trainer.build import build_engine
 from services.trainer.checkpoint import full_checkpoint_root, list_checkpoints
@@ -33,7 +34,7 @@ class FakeBuffer:
     events: list[str] = field(default_factory=list)
     closed: bool = False
 
-    async def read(self, buffer, batch_size, *, max_wait_s, lease_s, min_model_version=0, reader_id=""):
+    async def read(self, buffer, batch_size, *, max_wait, lease_s, reader_id="", min_model_version=0):
         for _ in range(20):
             if self.rows or self.closed:
                 break
@@ -135,3 +136,35 @@ async def test_stop_while_waiting_returns_leases_and_saves(tmp_path: pathlib.Pat
     assert buffer.events[-1].startswith("nack")  # the half batch goes back unacked
     assert len(buffer.rows) == 2 and not buffer.leased
     assert [s for s, _ in list_checkpoints(full_checkpoint_root(cfg.run_dir))] == [1]
+
+
+@dataclass
+class FlakyBuffer(FakeBuffer):
+    """Fails the first read and the first ack with UNAVAILABLE, and says the third lease expired."""
+
+    failures: list[str] = field(default_factory=lambda: ["read", "ack"])
+    acks: int = 0
+
+    async def read(self, *args, **kwargs):
+        if "read" in self.failures:
+            self.failures.remove("read")
+            raise Unavailable("buffer restarting")
+        return await super().read(*args, **kwargs)
+
+    async def ack(self, lease_id):
+        if "ack" in self.failures:
+            self.failures.remove("ack")
+            raise Unavailable("buffer restarting")
+        self.acks += 1
+        if self.acks == 3:
+            raise NotFound(f"lease {lease_id} expired")
+        await super().ack(lease_id)
+
+
+async def test_buffer_outages_are_retried_and_a_lost_lease_is_survived(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("services.trainer.service.RETRY_DELAY_S", 0.0)
+    cfg = _cfg(tmp_path, total_steps=3)
+    buffer = FlakyBuffer(rows=_fixed_rows(3))
+    loop = await _run(cfg, buffer)
+    assert loop.engine.step == 3 and not buffer.failures
+    assert buffer.acks == 3
