@@ -9,6 +9,7 @@ was handed to the transport, and gRPC holds the writer while the client's window
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import grpc
@@ -23,10 +24,10 @@ from services.buffer.convert import (
 )
 from services.buffer.core import BufferCore
 from services.buffer.specs import data_dir, defaults_from_config, specs_from_config
+from services.buffer.types import ReadResult
 from services.common.logging import get_logger
 from services.common.server import ServiceServer
 from services.common.version import __version__
-from services.buffer.types import ReadResult
 from services.common.wire import task_to_proto
 from trinity_grpc.buffer.v1 import buffer_pb2 as bpb
 from trinity_grpc.buffer.v1 import buffer_pb2_grpc
@@ -178,6 +179,10 @@ async def serve(cfg: Any) -> None:
     server = ServiceServer("buffer", cfg.services)
     server.add(add_to_server, BufferServicer(core, server), SERVICE_NAME)
     server.on_shutdown(core.close)
+    # Everything built so far (modules, SQLAlchemy, protobuf descriptors) lives as long as the
+    # process: keep it out of the cyclic GC's full collections, which otherwise walk all of it
+    # every few batches (they were ~10% of a write's time).
+    gc.freeze()
     try:
         port = await server.start()
         log.info("buffer_ready", port=port, data_dir=core.data_dir, buffers=sorted(core.buffers))

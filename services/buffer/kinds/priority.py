@@ -106,7 +106,7 @@ class PriorityBuffer(ItemBuffer):
 
     @staticmethod
     def _sort_key(row: Any) -> tuple[float, int]:
-        return (-row.priority, row.id)
+        return (-row[1], row[0])  # (id, priority, payload)
 
     async def _evict(self, conn: AsyncConnection, now: float, inserted: int) -> list[float]:
         if self.capacity is None:
