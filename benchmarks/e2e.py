@@ -1,0 +1,297 @@
+"""One small GRPO job, end to end: our four services (`trinity run`) vs TRL's GRPOTrainer.
+
+    .venv/bin/python benchmarks/e2e.py [--quick] [--steps 20] [--batch 16] [--repeat 8]
+
+TRL is a benchmark-only dependency (`make bench` installs it); it is never needed by the package
+or by the tests. Both sides run the same job on CPU: the same starting weights (builtin:tiny-arith
+saved once to a temporary directory, optionally after a short SFT warm-up so that rewards are not
+all zero), the same prompts in the same order (2-digit additions made by services.models.arith),
+`batch` prompts × `repeat` samples per step, temperature 1.0, `max_tokens` new tokens, AdamW at a
+constant lr without weight decay, grad clip 1.0, one update per batch, no KL term (TRL's default
+beta 0; our kl_loss_fn none), token-mean loss (TRL's "dapo"), and the same reward function
+(services.explorer.rewards.arith_reward: exact match of the text before EOS).
+
+Figure: steady-state wall time per step, (t_last − t_first) / (N − 1) over the times at which
+steps finished (our trainer's progress.jsonl; a TRL callback), so start-up (process spawn, model
+load, gRPC connections) is excluded; total wall time including start-up is in `config`. Rewards
+are the mean reward of the sampled completions (ours: critic/rewards/mean; TRL: reward), first
+step and mean of the last quarter of the steps. Last line: the JSON object of benchmarks/README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+if str(ROOT) not in sys.path:  # `python benchmarks/e2e.py` puts benchmarks/, not the root, on the path
+    sys.path.insert(0, str(ROOT))
+
+TRL_MISSING = (
+    "benchmarks/e2e.py needs TRL (a benchmark-only dependency). Run `make bench`, which installs it, or:\n"
+    "  .venv/bin/pip install trl -c <constraints pinning the installed torch and transformers>"
+)
+
+
+# ---- helpers (pure) ------------------------------------------------------------------------------
+
+
+def steady_step_time(times: list[float]) -> float:
+    """Seconds per step from the wall-clock times at which steps finished: (last − first) / (N − 1)."""
+    if len(times) < 2:
+        raise ValueError(f"need at least 2 step times, got {len(times)}")
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def tail_mean(values: list[float], fraction: float = 0.25) -> float:
+    """Mean of the last `fraction` of `values` (at least one value): the reward "after N steps"."""
+    if not values:
+        raise ValueError("no values")
+    k = max(1, round(len(values) * fraction))
+    return sum(values[-k:]) / k
+
+
+def result_line(ours: dict[str, Any], trl: dict[str, Any], trl_version: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark's JSON object from both sides' step times, rewards and wall times."""
+    ours_s, trl_s = steady_step_time(ours["step_times"]), steady_step_time(trl["step_times"])
+    return {
+        "name": "e2e_grpo_step_time",
+        "unit": "s/step",
+        "ours": round(ours_s, 4),
+        "baseline": round(trl_s, 4),
+        "baseline_name": f"trl.GRPOTrainer {trl_version}",
+        "ratio": round(ours_s / trl_s, 4),
+        "target_ratio": 1.0,
+        "lower_is_better": True,
+        "config": {
+            **config,
+            "reward_first_step": {"ours": round(ours["rewards"][0], 4), "trl": round(trl["rewards"][0], 4)},
+            "reward_after_n": {"ours": round(tail_mean(ours["rewards"]), 4), "trl": round(tail_mean(trl["rewards"]), 4)},
+            "total_wall_s": {"ours": round(ours["wall_s"], 1), "trl": round(trl["wall_s"], 1)},
+            "steps_measured": {"ours": len(ours["step_times"]), "trl": len(trl["step_times"])},
+        },
+    }
+
+
+def read_progress(path: pathlib.Path) -> tuple[list[float], list[float]]:
+    """(finish times, mean rewards) per step from our trainer's progress.jsonl, in step order."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows.sort(key=lambda r: r["step"])
+    return [r["time"] for r in rows], [r["metrics"]["critic/rewards/mean"] for r in rows]
+
+
+# ---- shared set-up -------------------------------------------------------------------------------
+
+
+def prepare(work: pathlib.Path, args: argparse.Namespace) -> tuple[pathlib.Path, pathlib.Path]:
+    """Write the prompts (exactly steps × batch, read in file order by both) and the starting model."""
+    from services.models.arith import ArithSpec, generate, write_jsonl
+    from services.models.loading import load_causal_lm, load_tokenizer, save_model
+
+    rows = generate(ArithSpec(digits=2), args.steps * args.batch, seed=args.seed)
+    data = write_jsonl(rows, work / "rl.jsonl")
+    model = load_causal_lm("builtin:tiny-arith", dtype="float32", seed=args.seed)
+    tokenizer = load_tokenizer("builtin:tiny-arith")
+    if args.sft_steps:
+        sft_warmup(model, tokenizer, args)
+    return data, save_model(model, tokenizer, work / "model")
+
+
+def sft_warmup(model: Any, tokenizer: Any, args: argparse.Namespace) -> None:
+    """A few SFT steps on easy problems (no carries, disjoint seed) so GRPO starts with some reward."""
+    import torch
+
+    from services.models.arith import ArithSpec, generate
+
+    rows = generate(ArithSpec(digits=2, max_carries=0), 512, seed=args.seed + 1)
+    texts = [r["question"] + r["answer"] + tokenizer.eos_token for r in rows]
+    ids = torch.tensor([tokenizer(t)["input_ids"] for t in texts])  # every row has the same length
+    prompt_len = len(tokenizer(rows[0]["question"])["input_ids"])
+    labels = ids.clone()
+    labels[:, :prompt_len] = -100
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    gen = torch.Generator().manual_seed(args.seed)
+    model.train()
+    for _ in range(args.sft_steps):
+        pick = torch.randint(0, len(rows), (128,), generator=gen)
+        loss = model(input_ids=ids[pick], labels=labels[pick]).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+# ---- ours ----------------------------------------------------------------------------------------
+
+
+def our_config(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
+    """A one-stage GRPO run (mode both, weights over a process group every step, no evals)."""
+    return {
+        "project": "bench",
+        "name": "e2e",
+        "mode": "both",
+        "continue_from_checkpoint": True,  # keeps the run dir name fixed (no timestamp suffix)
+        "checkpoint_root_dir": str(work / "runs"),
+        "model": {"model_path": str(model_dir), "max_prompt_tokens": 16, "max_response_tokens": args.max_tokens},
+        "algorithm": {
+            "algorithm_type": "grpo",
+            "repeat_times": args.repeat,
+            "kl_loss_fn": "none",
+            "optimizer": {"lr": args.lr, "weight_decay": 0.0, "grad_clip": 1.0},
+        },
+        "buffer": {
+            "batch_size": args.batch,
+            "total_steps": args.steps,
+            "explorer_input": {
+                "taskset": {
+                    "name": "rl_tasks",
+                    "storage_type": "file",
+                    "path": str(data),
+                    "format": {"prompt_key": "question", "response_key": "answer"},
+                    "rollout_args": {"temperature": 1.0, "max_tokens": args.max_tokens},
+                    "default_workflow_type": "arith_workflow",
+                },
+            },
+            "trainer_input": {"experience_buffer": {"name": "experiences", "storage_type": "queue"}},
+        },
+        "explorer": {"eval_on_startup": False, "eval_interval": 100000},
+        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},  # a gloo group on CPU
+        "trainer": {"save_interval": 100000, "micro_batch_size": args.batch * args.repeat},
+        "monitor": {"monitor_type": "none"},
+        "services": {name: {"port": 0} for name in ("buffer", "synchronizer", "trainer", "explorer")},
+    }
+
+
+def run_ours(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    config = work / "ours.yaml"
+    config.write_text(yaml.safe_dump(our_config(work, data, model_dir, args), sort_keys=False))
+    log = work / "ours.log"
+    started = time.time()
+    with log.open("wb") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "services.cli.main", "run", "--config", str(config)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        )
+    wall = time.time() - started
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError("trinity run failed (exit %d):\n%s" % (proc.returncode, "\n".join(tail)))
+    times, rewards = read_progress(work / "runs" / "bench" / "e2e" / "trainer" / "progress.jsonl")
+    return {"step_times": times, "rewards": rewards, "wall_s": wall}
+
+
+# ---- TRL -----------------------------------------------------------------------------------------
+
+
+def run_trl(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from services.explorer.rewards import arith_reward
+    from services.models.loading import load_causal_lm, load_tokenizer
+
+    started = time.time()
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    dataset = Dataset.from_list([{"prompt": r["question"], "answer": r["answer"]} for r in rows])
+
+    def reward(completions: list[str], answer: list[str], **_: Any) -> list[float]:
+        # TRL decodes completions up to the first EOS with special tokens skipped: the text before EOS.
+        return [arith_reward(c, a)["accuracy"] for c, a in zip(completions, answer, strict=True)]
+
+    step_times: list[float] = []
+
+    class StepClock(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            step_times.append(time.time())
+
+    config = GRPOConfig(
+        output_dir=str(work / "trl"), max_steps=args.steps, per_device_train_batch_size=args.batch * args.repeat,
+        num_generations=args.repeat, gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
+        max_completion_length=args.max_tokens, temperature=1.0, top_k=0, top_p=1.0, learning_rate=args.lr,
+        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0,
+        loss_type="dapo", epsilon=0.2, use_vllm=False, use_cpu=True, bf16=False, fp16=False,
+        shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
+        dataloader_num_workers=0, disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=load_causal_lm(str(model_dir), dtype="float32"), reward_funcs=reward, args=config,
+        train_dataset=dataset, processing_class=load_tokenizer(str(model_dir)), callbacks=[StepClock()],
+    )
+    trainer.train()
+    wall = time.time() - started
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    return {"step_times": step_times, "rewards": rewards, "wall_s": wall}
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="5 steps instead of 20")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps on each side (default 20, --quick 5)")
+    parser.add_argument("--batch", type=int, default=16, help="prompts per step (default 16)")
+    parser.add_argument("--repeat", type=int, default=8, help="samples per prompt (default 8)")
+    parser.add_argument("--max-tokens", type=int, default=6, help="new tokens per sample (default 6)")
+    parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate (default 2e-4)")
+    parser.add_argument("--sft-steps", type=int, default=None, help="SFT warm-up steps of the shared start (default 150, --quick 0)")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, run dir)")
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 5 if args.quick else 20
+    if args.sft_steps is None:
+        args.sft_steps = 0 if args.quick else 150
+    if args.steps < 2:
+        parser.error("--steps must be >= 2 (the figure is a difference of step times)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import trl
+    except ImportError:
+        print(TRL_MISSING, file=sys.stderr)
+        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="trinity-e2e-"))
+    try:
+        data, model_dir = prepare(work, args)
+        trl_side = run_trl(work, data, model_dir, args)
+        ours = run_ours(work, data, model_dir, args)
+    finally:
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    import torch
+
+    config = {
+        "model": "builtin:tiny-arith", "task": "2-digit addition (services.models.arith)", "steps": args.steps,
+        "batch_size": args.batch, "repeat_times": args.repeat, "completions_per_step": args.batch * args.repeat,
+        "max_tokens": args.max_tokens, "temperature": 1.0, "lr": args.lr, "sft_warmup_steps": args.sft_steps,
+        "device": "cpu", "torch_threads": torch.get_num_threads(),
+    }
+    result = result_line(ours, trl_side, trl.__version__, config)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "e2e.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
