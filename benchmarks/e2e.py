@@ -60,7 +60,9 @@ def tail_mean(values: list[float], fraction: float = 0.25) -> float:
     return sum(values[-k:]) / k
 
 
-def result_line(ours: dict[str, Any], trl: dict[str, Any], trl_version: str, config: dict[str, Any]) -> dict[str, Any]:
+def result_line(
+    ours: dict[str, Any], trl: dict[str, Any], trl_version: str, config: dict[str, Any]
+) -> dict[str, Any]:
     """The benchmark's JSON object from both sides' step times, rewards and wall times."""
     ours_s, trl_s = steady_step_time(ours["step_times"]), steady_step_time(trl["step_times"])
     return {
@@ -75,7 +77,10 @@ def result_line(ours: dict[str, Any], trl: dict[str, Any], trl_version: str, con
         "config": {
             **config,
             "reward_first_step": {"ours": round(ours["rewards"][0], 4), "trl": round(trl["rewards"][0], 4)},
-            "reward_after_n": {"ours": round(tail_mean(ours["rewards"]), 4), "trl": round(tail_mean(trl["rewards"]), 4)},
+            "reward_after_n": {
+                "ours": round(tail_mean(ours["rewards"]), 4),
+                "trl": round(tail_mean(trl["rewards"]), 4),
+            },
             "total_wall_s": {"ours": round(ours["wall_s"], 1), "trl": round(trl["wall_s"], 1)},
             "steps_measured": {"ours": len(ours["step_times"]), "trl": len(trl["step_times"])},
         },
@@ -133,7 +138,9 @@ def sft_warmup(model: Any, tokenizer: Any, args: argparse.Namespace) -> None:
 # ---- ours ----------------------------------------------------------------------------------------
 
 
-def our_config(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
+def our_config(
+    work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace
+) -> dict[str, Any]:
     """A one-stage GRPO run (mode both, weights over a process group every step, no evals)."""
     return {
         "project": "bench",
@@ -141,7 +148,11 @@ def our_config(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, 
         "mode": "both",
         "continue_from_checkpoint": True,  # keeps the run dir name fixed (no timestamp suffix)
         "checkpoint_root_dir": str(work / "runs"),
-        "model": {"model_path": str(model_dir), "max_prompt_tokens": 16, "max_response_tokens": args.max_tokens},
+        "model": {
+            "model_path": str(model_dir),
+            "max_prompt_tokens": 16,
+            "max_response_tokens": args.max_tokens,
+        },
         "algorithm": {
             "algorithm_type": "grpo",
             "repeat_times": args.repeat,
@@ -171,7 +182,9 @@ def our_config(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, 
     }
 
 
-def run_ours(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_ours(
+    work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace
+) -> dict[str, Any]:
     import yaml
 
     config = work / "ours.yaml"
@@ -181,13 +194,19 @@ def run_ours(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, ar
     with log.open("wb") as out:
         proc = subprocess.run(
             [sys.executable, "-m", "services.cli.main", "run", "--config", str(config)],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            },
         )
     wall = time.time() - started
     if proc.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-30:]
-        raise RuntimeError("trinity run failed (exit %d):\n%s" % (proc.returncode, "\n".join(tail)))
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"trinity run failed (exit {proc.returncode}):\n{tail}")
     times, rewards = read_progress(work / "runs" / "bench" / "e2e" / "trainer" / "progress.jsonl")
     return {"step_times": times, "rewards": rewards, "wall_s": wall}
 
@@ -195,7 +214,9 @@ def run_ours(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, ar
 # ---- TRL -----------------------------------------------------------------------------------------
 
 
-def run_trl(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_trl(
+    work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace
+) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -218,17 +239,44 @@ def run_trl(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, arg
             step_times.append(time.time())
 
     config = GRPOConfig(
-        output_dir=str(work / "trl"), max_steps=args.steps, per_device_train_batch_size=args.batch * args.repeat,
-        num_generations=args.repeat, gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1,
-        max_completion_length=args.max_tokens, temperature=1.0, top_k=0, top_p=1.0, learning_rate=args.lr,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0,
-        loss_type="dapo", epsilon=0.2, use_vllm=False, use_cpu=True, bf16=False, fp16=False,
-        shuffle_dataset=False, logging_steps=1, save_strategy="no", report_to="none", seed=args.seed,
-        dataloader_num_workers=0, disable_tqdm=True,
+        output_dir=str(work / "trl"),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch * args.repeat,
+        num_generations=args.repeat,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        max_completion_length=args.max_tokens,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=0.0,
+        loss_type="dapo",
+        epsilon=0.2,
+        use_vllm=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
     )
     trainer = GRPOTrainer(
-        model=load_causal_lm(str(model_dir), dtype="float32"), reward_funcs=reward, args=config,
-        train_dataset=dataset, processing_class=load_tokenizer(str(model_dir)), callbacks=[StepClock()],
+        model=load_causal_lm(str(model_dir), dtype="float32"),
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=load_tokenizer(str(model_dir)),
+        callbacks=[StepClock()],
     )
     trainer.train()
     wall = time.time() - started
@@ -242,12 +290,19 @@ def run_trl(work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, arg
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 steps instead of 20")
-    parser.add_argument("--steps", type=int, default=None, help="GRPO steps on each side (default 20, --quick 5)")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="GRPO steps on each side (default 20, --quick 5)"
+    )
     parser.add_argument("--batch", type=int, default=16, help="prompts per step (default 16)")
     parser.add_argument("--repeat", type=int, default=8, help="samples per prompt (default 8)")
     parser.add_argument("--max-tokens", type=int, default=6, help="new tokens per sample (default 6)")
     parser.add_argument("--lr", type=float, default=2e-4, help="AdamW learning rate (default 2e-4)")
-    parser.add_argument("--sft-steps", type=int, default=None, help="SFT warm-up steps of the shared start (default 150, --quick 0)")
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=None,
+        help="SFT warm-up steps of the shared start (default 150, --quick 0)",
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, run dir)")
     args = parser.parse_args(argv)
@@ -281,10 +336,18 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     config = {
-        "model": "builtin:tiny-arith", "task": "2-digit addition (services.models.arith)", "steps": args.steps,
-        "batch_size": args.batch, "repeat_times": args.repeat, "completions_per_step": args.batch * args.repeat,
-        "max_tokens": args.max_tokens, "temperature": 1.0, "lr": args.lr, "sft_warmup_steps": args.sft_steps,
-        "device": "cpu", "torch_threads": torch.get_num_threads(),
+        "model": "builtin:tiny-arith",
+        "task": "2-digit addition (services.models.arith)",
+        "steps": args.steps,
+        "batch_size": args.batch,
+        "repeat_times": args.repeat,
+        "completions_per_step": args.batch * args.repeat,
+        "max_tokens": args.max_tokens,
+        "temperature": 1.0,
+        "lr": args.lr,
+        "sft_warmup_steps": args.sft_steps,
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
     }
     result = result_line(ours, trl_side, trl.__version__, config)
     RESULTS.mkdir(parents=True, exist_ok=True)
