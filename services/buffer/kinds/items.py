@@ -30,8 +30,15 @@ from services.buffer.types import ItemIn, ReadResult, WriteResult
 from services.common.errors import FailedPrecondition, InvalidArgument, NotFound
 
 LEASE_SEP = ":"
-_INSERT_COLS = ("state", "model_version", "priority", "use_count", "ready_at", "created_at", "payload")
-_INSERT = f"INSERT INTO items ({', '.join(_INSERT_COLS)}) VALUES ({', '.join('?' * len(_INSERT_COLS))})"  # lease ids are "<buffer>:<hex>"; buffer names cannot contain ":"
+# lease ids are "<buffer>:<hex>"; buffer names cannot contain ":"
+_INSERT_COLS = ("id", "state", "model_version", "priority", "use_count", "ready_at", "created_at")
+_INSERT = f"INSERT INTO items ({', '.join(_INSERT_COLS)}) VALUES ({', '.join('?' * len(_INSERT_COLS))})"
+_INSERT_PAYLOADS = "INSERT INTO payloads (id, payload) VALUES (?, ?)"
+# AUTOINCREMENT: ids are never reused, so the next one follows the highest ever handed out.
+_LAST_ID = (
+    "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'items'), 0), "
+    "coalesce((SELECT max(id) FROM items), 0))"
+)
 
 
 @dataclass
@@ -140,8 +147,15 @@ class ItemBuffer:
         return m
 
     async def ensure_counters(self) -> None:
+        """Counters row, payload trigger, and files from before `payloads` moved out of `items`."""
+
         async def op(conn: AsyncConnection) -> None:
             await conn.execute(sqlite_insert(s.counters).values(id=1).on_conflict_do_nothing())
+            columns = [r[1] for r in (await conn.exec_driver_sql("PRAGMA table_info(items)")).all()]
+            if "payload" in columns:
+                await conn.exec_driver_sql("INSERT OR IGNORE INTO payloads (id, payload) SELECT id, payload FROM items")
+                await conn.exec_driver_sql("ALTER TABLE items DROP COLUMN payload")
+            await conn.exec_driver_sql(s.PAYLOADS_TRIGGER)
 
         await self.db.write(op)
 
@@ -208,10 +222,14 @@ class ItemBuffer:
                 return seen, [], "", key
         now = time.time()
         prio = self.priority_of
-        # in _INSERT_COLS order; the hot path: the driver's executemany, no per-row SQLAlchemy work
-        rows = [(s.READY, it.model_version, prio(it.model_version, 0), 0, 0.0, now, it.payload) for it in items]
-        if rows:
+        rows: list[tuple[Any, ...]] = []
+        if items:  # the hot path: the driver's executemany, no per-row SQLAlchemy work
+            first = int((await conn.exec_driver_sql(_LAST_ID)).scalar() or 0) + 1
+            ids = range(first, first + len(items))
+            pairs = list(zip(ids, items, strict=True))
+            rows = [(i, s.READY, it.model_version, prio(it.model_version, 0), 0, 0.0, now) for i, it in pairs]
             await conn.exec_driver_sql(_INSERT, rows)
+            await conn.exec_driver_sql(_INSERT_PAYLOADS, [(i, it.payload) for i, it in pairs])
         evicted = await self._evict(conn, now, len(rows))
         result = WriteResult(written=len(rows), evicted=len(evicted))
         if key:
@@ -333,9 +351,10 @@ class ItemBuffer:
         claim = text(
             "UPDATE items SET state = 1, lease_id = :lease, lease_expires = :exp, use_count = use_count + 1 "
             f"WHERE id IN (SELECT id FROM items WHERE state = 0 AND ready_at <= :now ORDER BY {self.order_by} LIMIT :n) "
-            "RETURNING id, priority, payload"
+            "RETURNING id, priority"
         )
-        rows = (await conn.execute(claim, {"lease": lease_id, "exp": expires, "now": now, "n": n})).all()
+        claimed = (await conn.execute(claim, {"lease": lease_id, "exp": expires, "now": now, "n": n})).all()
+        rows = await _with_payloads(conn, claimed)
         await _bump(conn, read=len(rows))
         return _Claimed(rows, reaped, dropped, lease_id, expires, now)
 
@@ -473,6 +492,16 @@ async def _find_key(conn: AsyncConnection, key: str) -> WriteResult | None:
     # driver-level SQL on the hot path: SQLAlchemy Core statements cost ~100 µs each to build
     row = (await conn.exec_driver_sql("SELECT 1 FROM write_keys WHERE key = ?", (key,))).first()
     return None if row is None else WriteResult(written=0, duplicate=True, evicted=0)
+
+
+async def _with_payloads(conn: AsyncConnection, claimed: Sequence[Any]) -> list[tuple[int, float, bytes]]:
+    """(id, priority, payload) of claimed (id, priority) rows."""
+    if not claimed:
+        return []
+    ids = [r[0] for r in claimed]
+    sql = f"SELECT id, payload FROM payloads WHERE id IN ({', '.join('?' * len(ids))})"
+    payload = dict((await conn.exec_driver_sql(sql, tuple(ids))).all())
+    return [(i, p, payload[i]) for i, p in claimed]
 
 
 _COUNTERS = ("written", "read", "acked", "dropped")

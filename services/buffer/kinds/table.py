@@ -30,7 +30,10 @@ class TableBuffer(ItemBuffer):
 
     async def scan(self, offset: int, limit: int) -> tuple[list[bytes], int]:
         async def q(conn: AsyncConnection) -> list[tuple[int, bytes]]:
-            stmt = text("SELECT id, payload FROM items WHERE id > :offset ORDER BY id LIMIT :limit")
+            stmt = text(
+                "SELECT i.id, p.payload FROM items AS i JOIN payloads AS p ON p.id = i.id "
+                "WHERE i.id > :offset ORDER BY i.id LIMIT :limit"
+            )
             return [
                 (int(i), p) for i, p in (await conn.execute(stmt, {"offset": offset, "limit": limit})).all()
             ]
