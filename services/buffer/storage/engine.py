@@ -47,11 +47,6 @@ MAX_GROUP = 64
 # instead of many times, and pays the checkpoint's two fsyncs less often. Crash safety is the
 # same (WAL, synchronous=NORMAL); the WAL file grows to about this size.
 WAL_CHECKPOINT_BYTES = 32 << 20
-# Page size of new files (bytes; existing files keep theirs). Experiences are a few KB: at
-# SQLite's 4 KiB default a ~4 KB row is one page until a claim adds its lease id, and then it
-# spills into an overflow page, so each claim rewrote two pages per row. At 16 KiB rows stay
-# on their leaf pages (~1.7x fewer bytes written per experience, ~1.8x the rate).
-PAGE_SIZE = 16384
 # Page cache per connection (KiB): a group's dirty pages (a 1 MB batch and its claim) stay in
 # memory until the commit instead of spilling to the WAL mid-transaction.
 CACHE_KIB = 16384
@@ -108,7 +103,6 @@ def _make_engine(path: str, *, begin: str) -> Engine:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new file only
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=10000")
