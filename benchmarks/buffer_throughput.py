@@ -10,7 +10,9 @@ explorer and a trainer would. The fifo has a capacity, so the writer feels backp
 server's memory must stay flat: its RSS is sampled while the items pass through and its peak
 (VmHWM) reported. Baseline: the same rows, 256 per transaction: INSERT; UPDATE ... RETURNING
 claim; DELETE by lease (each its own transaction, WAL, synchronous=NORMAL) — the limit of the
-storage the service is built on. Prints one JSON object as its last line.
+storage the service is built on. The baseline runs once before and once after the service
+(each on a fresh file) and counts as their pooled rate, so a load change on a shared machine
+during the run does not favour either side. Prints one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ def rss_kb(pid: int, key: str = "VmRSS") -> int:
     return 0
 
 
-def baseline(rows: list[bytes], items: int, path: str) -> float:
-    """Full insert -> claim -> ack cycles per second with stdlib sqlite3, 256 rows per transaction."""
+def baseline(rows: list[bytes], items: int, path: str) -> tuple[int, float]:
+    """Full insert -> claim -> ack cycles with stdlib sqlite3, 256 rows per transaction:
+    (items, seconds)."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
@@ -99,7 +102,7 @@ def baseline(rows: list[bytes], items: int, path: str) -> float:
         n += 1
     elapsed = time.perf_counter() - start
     db.close()
-    return done / elapsed
+    return done, elapsed
 
 
 async def ours(batches: list[list], items: int, tmp: pathlib.Path) -> dict:
@@ -176,8 +179,13 @@ def main() -> None:
     rows = [m.SerializeToString() for m in batches[0]]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = pathlib.Path(tmpdir)
-        base = baseline(rows, min(items, 200_000), str(tmp / "raw.sqlite"))
+        per_run = min(items, 100_000)
+        before = baseline(rows, per_run, str(tmp / "raw-before.sqlite"))
+        load_before = os.getloadavg()[0]
         result = asyncio.run(ours(batches, items, tmp))
+        load_after = os.getloadavg()[0]
+        after = baseline(rows, per_run, str(tmp / "raw-after.sqlite"))
+    base = (before[0] + after[0]) / (before[1] + after[1])
     out = {
         "name": "buffer_throughput",
         "unit": "experiences/s (write->read->ack)",
@@ -197,7 +205,9 @@ def main() -> None:
             "rss_samples_mb": result["rss_samples_mb"],
             "acked": result["acked"],
             "depth_after": result["depth_after"],
+            "baseline_runs": [round(n / t, 1) for n, t in (before, after)],
             "cpus": os.cpu_count(),
+            "loadavg_1m": [round(load_before, 2), round(load_after, 2)],
         },
     }
     (ROOT / "benchmarks" / "results").mkdir(parents=True, exist_ok=True)
