@@ -96,7 +96,7 @@ async def serve(cfg: TrinityConfig) -> None:
         engine = LeaderEngine(built.engine, ctx) if ctx is not None else built.engine
         async with await BufferClient.connect(cfg.services.buffer.address, services_cfg=cfg.services) as buffer:
             sink = await make_sink(cfg)
-            loop = TrainerLoop(cfg, engine, built.tokenizer, buffer, sink=sink,
+            loop = TrainerLoop(cfg, engine, built.tokenizer, DatasetAwareSource(buffer, built.tokenizer, cfg), sink=sink,
                                monitor=make_monitor(cfg, "trainer"), state=built.state)
             servicer.loop = loop
             run = asyncio.ensure_future(loop.run())
