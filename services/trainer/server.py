@@ -77,6 +77,7 @@ async def serve(cfg: TrinityConfig) -> None:
     from services.buffer.client import BufferClient
     from services.common.monitor import make_monitor
     from services.trainer.build import build_engine
+    from services.trainer.dataset_source import DatasetAwareSource
     from services.trainer.distributed import LeaderEngine, init_distributed
     from services.trainer.service import TrainerLoop
 
