@@ -58,6 +58,12 @@ def make_batch(seed: int) -> list:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int, key: str = "VmRSS") -> int:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -65,9 +71,9 @@ def rss_kb(pid: int, key: str = "VmRSS") -> int:
     return 0
 
 
-def baseline(rows: list[bytes], items: int, path: str) -> tuple[int, float]:
+def baseline(rows: list[bytes], items: int, path: str) -> tuple[int, float, float]:
     """Full insert -> claim -> ack cycles with stdlib sqlite3, 256 rows per transaction:
-    (items, seconds)."""
+    (items, seconds, CPU seconds)."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
@@ -78,6 +84,7 @@ def baseline(rows: list[bytes], items: int, path: str) -> tuple[int, float]:
     db.execute("CREATE INDEX ix_ready ON items(id) WHERE state = 0")
     db.execute("CREATE INDEX ix_lease ON items(lease_id) WHERE lease_id IS NOT NULL")
     done, n = 0, 0
+    cpu0 = time.process_time()
     start = time.perf_counter()
     while done < items:
         now = time.time()
@@ -101,8 +108,9 @@ def baseline(rows: list[bytes], items: int, path: str) -> tuple[int, float]:
         done += len(got)
         n += 1
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
     db.close()
-    return done, elapsed
+    return done, elapsed, cpu
 
 
 async def ours(batches: list[list], items: int, tmp: pathlib.Path) -> dict:
@@ -150,9 +158,11 @@ async def ours(batches: list[list], items: int, tmp: pathlib.Path) -> dict:
                         rss.append(rss_kb(proc.pid))
                 return got
 
+            server_cpu0, client_cpu0 = cpu_s(proc.pid), time.process_time()
             start = time.perf_counter()
             _, got = await asyncio.gather(writer(), reader())
             elapsed = time.perf_counter() - start
+            server_cpu, client_cpu = cpu_s(proc.pid) - server_cpu0, time.process_time() - client_cpu0
             stats = await client.stats("bench")
         peak = rss_kb(proc.pid, "VmHWM")
     finally:
@@ -163,6 +173,8 @@ async def ours(batches: list[list], items: int, tmp: pathlib.Path) -> dict:
         "elapsed_s": elapsed,
         "peak_rss_mb": peak / 1024,
         "rss_samples_mb": [round(r / 1024, 1) for r in rss],
+        "server_cpu_s": server_cpu,
+        "client_cpu_s": client_cpu,
         "acked": stats.acked,
         "depth_after": stats.depth,
     }
@@ -205,7 +217,13 @@ def main() -> None:
             "rss_samples_mb": result["rss_samples_mb"],
             "acked": result["acked"],
             "depth_after": result["depth_after"],
-            "baseline_runs": [round(n / t, 1) for n, t in (before, after)],
+            "baseline_runs": [round(n / t, 1) for n, t, _ in (before, after)],
+            # CPU per experience, load-independent: the service (server + client process) vs baseline
+            "cpu_us_per_item": {
+                "server": round(result["server_cpu_s"] / result["items"] * 1e6, 1),
+                "client": round(result["client_cpu_s"] / result["items"] * 1e6, 1),
+                "baseline": round((before[2] + after[2]) / (before[0] + after[0]) * 1e6, 1),
+            },
             "cpus": os.cpu_count(),
             "loadavg_1m": [round(load_before, 2), round(load_after, 2)],
         },
