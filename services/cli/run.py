@@ -89,7 +89,7 @@ class StageRunner:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", f"services.{name}", "--config", self.config_path, *args,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+            env={"TQDM_DISABLE": "1", **os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
         )
         child = Child(label, proc, log_file)
         child.pump = asyncio.create_task(self._pump(child))
@@ -221,12 +221,17 @@ class StageRunner:
     async def record_counts(self, entry: dict[str, Any]) -> None:
         from services.buffer.client import BufferClient
 
-        name = self.cfg.buffer.trainer_input.experience_buffer.name or "experience_buffer"
+        experience_buffer = self.cfg.buffer.trainer_input.experience_buffer
+        name = experience_buffer.name or "experience_buffer"
         async with await BufferClient.connect(self.cfg.services.buffer.address, services_cfg=self.cfg.services) as buffer:
             stats = await buffer.stats(name)
         steps, trained, _ = st.trained_rows(self.cfg)
         entry["steps"] = steps
-        entry["experiences"] = {"written": stats.written, "trained": trained, "buffered": stats.depth + stats.leased}
+        if experience_buffer.storage_type == "file":
+            # A dataset: rows are read, not written; nothing waits in a queue.
+            entry["experiences"] = {"written": 0, "trained": trained, "buffered": 0, "dataset_rows_read": stats.written}
+        else:
+            entry["experiences"] = {"written": stats.written, "trained": trained, "buffered": stats.depth + stats.leased}
 
 
 async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:
