@@ -112,22 +112,36 @@ class _Row:
     pair: int = -1
 
 
-def _rows(experiences: Sequence[Experience], expert: Sequence[bool]) -> list[_Row]:
+def untrainable_reason(exp: Experience, max_length: int | None = None) -> tuple[str, str] | None:
+    """Why `exp` cannot be trained on, as (field, message), or None when it can."""
+    n = 0 if exp.tokens is None else int(exp.tokens.shape[0])
+    if exp.chosen is not None and exp.rejected is not None:
+        if min(len(exp.chosen), len(exp.rejected)) == 0:
+            return "chosen", "DPO rows need non-empty chosen and rejected responses"
+        longest = n + max(len(exp.chosen), len(exp.rejected))
+    elif n == 0:
+        return "tokens", "the trainer needs token ids; tokenize chat-only experiences before writing them"
+    elif exp.response_length <= 0:
+        return "prompt_length", "experience has no response tokens"
+    else:
+        longest = n
+    if max_length is not None and longest > max_length:
+        return "tokens", f"{longest} tokens, more than the {max_length} the model takes (model.max_model_len)"
+    return None
+
+
+def _rows(experiences: Sequence[Experience], expert: Sequence[bool], max_length: int | None) -> list[_Row]:
     rows: list[_Row] = []
     for i, exp in enumerate(experiences):
-        where = f"experiences[{i}]"
+        reason = untrainable_reason(exp, max_length)
+        if reason is not None:
+            raise InvalidArgument(reason[1], field=f"experiences[{i}].{reason[0]}")
         if exp.chosen is not None and exp.rejected is not None:
             prompt = np.array(exp.tokens, dtype=np.int64)
             pair = len(rows) // 2
             rows.append(_Row(prompt, np.array(exp.chosen, dtype=np.int64), exp, expert[i], pair))
             rows.append(_Row(prompt, np.array(exp.rejected, dtype=np.int64), exp, expert[i], pair))
             continue
-        if exp.tokens is None or exp.tokens.shape[0] == 0:
-            raise InvalidArgument(
-                "the trainer needs token ids; tokenize chat-only experiences before writing them", field=f"{where}.tokens"
-            )
-        if exp.response_length <= 0:
-            raise InvalidArgument("experience has no response tokens", field=f"{where}.prompt_length")
         tokens = np.array(exp.tokens, dtype=np.int64)
         rows.append(_Row(tokens[: exp.prompt_length], tokens[exp.prompt_length :], exp, expert[i]))
     return rows
@@ -168,14 +182,7 @@ def build_batch(
     """
     if not experiences:
         raise InvalidArgument("cannot build a training batch from zero experiences", field="experiences")
-    rows = _rows(experiences, is_expert or [False] * len(experiences))
-    if max_length is not None:
-        for i, r in enumerate(rows):
-            if len(r.prompt) + len(r.response) > max_length:
-                raise InvalidArgument(
-                    f"row {i} has {len(r.prompt) + len(r.response)} tokens, more than model.max_model_len {max_length}",
-                    field="model.max_model_len",
-                )
+    rows = _rows(experiences, is_expert or [False] * len(experiences), max_length)
     n, p, t = len(rows), max(len(r.prompt) for r in rows), max(len(r.response) for r in rows)
     input_ids = torch.full((n, p + t), pad_token_id, dtype=torch.long)
     attention = torch.zeros(n, p + t, dtype=torch.long)

@@ -28,7 +28,7 @@ from services.common.experience import Experience
 from services.common.logging import get_logger
 from services.common.monitor import Monitor, NullMonitor
 from services.trainer.algorithms.api import ReadRequest
-from services.trainer.batching import build_batch
+from services.trainer.batching import build_batch, untrainable_reason
 from services.trainer.checkpoint import DataCursor, TrainerState, full_checkpoint_root, save_checkpoint
 from services.trainer.engine import TrainEngine
 
@@ -132,6 +132,7 @@ class TrainerLoop:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()  # one of: a training step, a checkpoint save
         self._saved_step = engine.step if state else -1
+        self._max_length = max_model_length(cfg, engine.model)
         pad = getattr(tokenizer, "pad_token_id", None)
         self._pad_id = int(pad) if pad is not None else 0
 
@@ -178,11 +179,33 @@ class TrainerLoop:
             self.status.state = "done"
         log.info("trainer_done", step=self.engine.step, samples=self.cursor.samples)
 
+    def _drop_untrainable(self, got: Collected) -> int:
+        """Remove rows no step can use (no tokens, too long...) so they cannot crash-loop the trainer.
+
+        They are acked with the rest (re-reading them would fail the same way) and logged with why.
+        """
+        keep_rows, keep_expert, dropped = [], [], 0
+        for exp, expert in zip(got.experiences, got.is_expert, strict=True):
+            reason = untrainable_reason(exp, self._max_length)
+            if reason is None:
+                keep_rows.append(exp)
+                keep_expert.append(expert)
+            else:
+                dropped += 1
+                log.error("row_dropped", row=experience_key(exp), field=reason[0], reason=reason[1])
+        got.experiences, got.is_expert = keep_rows, keep_expert
+        return dropped
+
     async def _train(self, step: int, got: Collected, read_s: float) -> None:
         async with self._lock:
             self.status.state = "training"
+            dropped = self._drop_untrainable(got)
+            if not got.experiences:  # nothing usable: consume the leases, the step does not count
+                for lease in got.leases:
+                    await self._ack(lease)
+                return
             batch = build_batch(got.experiences, pad_token_id=self._pad_id, is_expert=got.is_expert,
-                                max_length=self.cfg.model.max_model_len)
+                                max_length=self._max_length)
             version_before = self.engine.step
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(self.engine.train_step, batch)
@@ -198,6 +221,7 @@ class TrainerLoop:
                 self.status.model_version = step
             metrics["time/publish"] = time.perf_counter() - t2
             metrics["time/read"] = read_s
+            metrics["batch/dropped_rows"] = float(dropped)
             metrics["perf/tokens_per_s"] = metrics["batch/tokens"] / max(train_s, 1e-9)
             versions = [e.model_version for e in got.experiences]
             metrics["staleness/mean"] = version_before - sum(versions) / len(versions)
@@ -331,6 +355,15 @@ class TrainerLoop:
         self.status.last_checkpoint = str(path)
         log.info("checkpoint_saved", step=self.engine.step, path=str(path))
         return str(path), self.engine.step
+
+
+def max_model_length(cfg: TrinityConfig, model: Any) -> int | None:
+    """Longest row the trainer accepts: model.max_model_len if set, else the model's position limit."""
+    if cfg.model.max_model_len is not None:
+        return cfg.model.max_model_len
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(limit) if limit else None
 
 
 def experience_key(exp: Experience) -> str:

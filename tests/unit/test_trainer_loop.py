@@ -7,6 +7,7 @@ import json
 import pathlib
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
 from services.common.config.schema import TrinityConfig
@@ -168,3 +169,15 @@ async def test_buffer_outages_are_retried_and_a_lost_lease_is_survived(tmp_path,
     loop = await _run(cfg, buffer)
     assert loop.engine.step == 3 and not buffer.failures
     assert buffer.acks == 3
+
+
+async def test_untrainable_rows_are_dropped_and_acked_not_crash_looped(tmp_path) -> None:
+    cfg = _cfg(tmp_path, total_steps=1)
+    too_long = experience("1+1=", "2" * 300)  # builtin:tiny-arith takes 256 positions
+    no_response = Experience(tokens=np.array([5, 6]), prompt_length=2, model_version=0)
+    rows = _fixed_rows(1)[:2] + [too_long, no_response]
+    buffer = FakeBuffer(rows=rows)
+    loop = await _run(cfg, buffer)
+    assert loop.engine.step == 1 and not buffer.leased
+    record = json.loads(pathlib.Path(loop.progress_path).read_text().splitlines()[0])
+    assert record["metrics"]["batch/dropped_rows"] == 2.0 and record["metrics"]["batch/rows"] == 2.0
