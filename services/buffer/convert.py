@@ -74,7 +74,8 @@ def read_response_bytes(r: ReadResult) -> bytes:
     """Serialized ReadResponse: lease_id = 1, experiences = 2 (the stored bytes as they are),
     end_of_data = 3, lease_expires_at = 4."""
     parts = [_bytes_field(1, r.lease_id.encode())]
-    parts += [b"\x12" + _varint(len(p)) + p for p in r.payloads]
+    for p in r.payloads:  # header and payload as separate parts: join copies each byte once
+        parts += (b"\x12" + _varint(len(p)), p)
     if r.end_of_data:
         parts.append(b"\x18\x01")
     if r.lease_expires_at:
@@ -90,7 +91,8 @@ def stream_read_response_bytes(batch: bytes) -> bytes:
 def write_request_bytes(buffer: str, key: str, writer_id: str, experiences: list[bytes]) -> bytes:
     """Serialized WriteRequest: buffer = 1, idempotency_key = 2, experiences = 3, writer_id = 4."""
     parts = [_bytes_field(1, buffer.encode()), _bytes_field(2, key.encode())]
-    parts += [b"\x1a" + _varint(len(e)) + e for e in experiences]
+    for e in experiences:
+        parts += (b"\x1a" + _varint(len(e)), e)
     parts.append(_bytes_field(4, writer_id.encode()))
     return b"".join(parts)
 

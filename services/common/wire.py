@@ -288,7 +288,8 @@ def _struct_finite(value: struct_pb2.Value | struct_pb2.Struct) -> bool:
 def _check_structs(msg: pb.Experience, where: str) -> None:
     if msg.HasField("info") and not _struct_finite(msg.info):
         raise InvalidArgument("numbers in info must be finite (JSON has no NaN/Infinity)", field=f"{where}.info")
-    for i, m in enumerate(msg.messages):
+    messages = msg.messages
+    for i, m in enumerate(messages) if messages else ():
         if m.HasField("extra") and not _struct_finite(m.extra):
             raise InvalidArgument(
                 "numbers in extra must be finite (JSON has no NaN/Infinity)", field=f"{where}.messages[{i}].extra"
