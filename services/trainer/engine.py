@@ -118,6 +118,7 @@ class ValueModel(nn.Module):
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
         self.backbone = lm.base_model
+        self._no_split_modules = getattr(lm, "_no_split_modules", None)  # FSDP shards these blocks
         hidden = lm.config.hidden_size
         self.value_head = nn.Linear(hidden, 1)
         nn.init.zeros_(self.value_head.weight)

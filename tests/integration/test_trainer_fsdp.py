@@ -4,7 +4,8 @@ Rank 0 serves, reads a real buffer and publishes to a real synchronizer; rank 1 
 a reference model and behaviour logprobs recomputed by the trainer. With 3 rows and micro-batches
 of 1, rank 0 gets two micro-batches and rank 1 one plus a zero-weight dummy. The losses, grad
 norms, the published version 2 and the final checkpoint must match a one-process engine trained on
-the same batches.
+the same batches — including a fourth step run by a second torchrun that resumes the sharded
+optimizer state from the step-3 checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 
 from services.buffer.client import BufferClient
 from services.common.config.loader import load_config
@@ -30,6 +32,26 @@ from tests.unit.trainer_fakes import experience
 
 ROWS = [("1+2=", "3", "a", 1.0), ("1+2=", "4", "a", 0.0), ("7+7=", "14", "b", 1.0)]  # GRPO groups a, b
 STEPS = 3
+
+
+async def buffer_write(address: str, rows: list) -> None:
+    async with await BufferClient.connect(address) as buffer:
+        await buffer.write("experience_buffer", rows)
+
+
+def _torchrun(config: pathlib.Path, log_path: pathlib.Path) -> int:
+    """`torchrun --nproc_per_node 2 -m services.trainer --config F` until it exits; its exit code."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "services.trainer", "--config", str(config)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = proc.wait(180)
+    finally:
+        stop_process(proc, timeout=10)
+    assert rc == 0, log_path.read_text()[-4000:]
+    return rc
 
 
 async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_process, tmp_path) -> None:
@@ -51,20 +73,18 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
     await wait_healthy(buffer_addr, 60)
     await wait_healthy(sync_addr, 60)
     rows = [experience(p, r, task_id=f"s{s}-{task}", reward=reward) for s in range(STEPS) for p, r, task, reward in ROWS]
-    async with await BufferClient.connect(buffer_addr) as buffer:
-        await buffer.write("experience_buffer", rows)
+    await buffer_write(buffer_addr, rows)
 
-    log_path = tmp_path / "torchrun.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "services.trainer", "--config", str(config)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        rc = proc.wait(180)
-    finally:
-        stop_process(proc, timeout=10)
-    assert rc == 0, log_path.read_text()[-4000:]
+    assert _torchrun(config, tmp_path / "torchrun-1.log") == 0
+
+    # Resume under FSDP2 (optimizer state scattered back to the shards) for one more step, train-only.
+    await buffer_write(buffer_addr, [experience(p, r, task_id=f"s{STEPS}-{task}", reward=reward)
+                                     for p, r, task, reward in ROWS])
+    resume_config = tmp_path / "resume.yaml"
+    resume_config.write_text(yaml.safe_dump({**data, "mode": "train", "trainer": {**data["trainer"],
+                                                                                   "total_steps": STEPS + 1}}))
+    assert _torchrun(resume_config, tmp_path / "torchrun-2.log") == 0
+    rows += [experience(p, r, task_id=f"s{STEPS}-{task}", reward=reward) for p, r, task, reward in ROWS]
 
     # The same batches through a one-process engine.
     sharded_cfg = load_config(str(config))
@@ -74,7 +94,7 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
     })
     engine = build_engine(cfg, device="cpu").engine
     expected, at_step_2 = [], {}
-    for s in range(STEPS):
+    for s in range(STEPS + 1):
         expected.append(engine.train_step(build_batch(rows[3 * s: 3 * s + 3], pad_token_id=0)))
         if s == 1:
             at_step_2 = {k: v.clone() for k, v in engine.model.state_dict().items()}
@@ -90,7 +110,7 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
     for name, tensor in at_step_2.items():
         torch.testing.assert_close(published[name], tensor, rtol=1e-4, atol=1e-4, msg=name)
 
-    sharded = load_causal_lm(str(run_dir / "checkpoints" / "full" / f"global_step_{STEPS}" / "model")).state_dict()
+    sharded = load_causal_lm(str(run_dir / "checkpoints" / "full" / f"global_step_{STEPS + 1}" / "model")).state_dict()
     for name, tensor in engine.model.state_dict().items():
         # atol: AdamW's first steps move near-zero gradients by ~lr * sign, which float noise can flip.
         torch.testing.assert_close(sharded[name], tensor, rtol=1e-4, atol=1e-4, msg=name)

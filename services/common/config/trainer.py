@@ -33,4 +33,5 @@ class TrainerConfig(Section):
     read_timeout_s: float = Field(60.0, gt=0)
     """Seconds one batch read may wait before the trainer logs that it is starved and retries."""
     strategy: Literal["single", "fsdp2"] = "single"
-    """single process, or FSDP2 under torchrun."""
+    """single: one process (one GPU or CPU); fsdp2: torch FSDP2, started as
+    `torchrun --nproc_per_node N -m services.trainer --config F` (rank 0 serves and talks to the other services)."""
