@@ -130,6 +130,12 @@ def model_dir(path: str | os.PathLike[str]) -> pathlib.Path:
     return pathlib.Path(path) / "model"
 
 
+def latest_model_dir(run_dir: str | os.PathLike[str]) -> pathlib.Path | None:
+    """HF-format weights of a run's newest full checkpoint (the model_path of a next stage), if any."""
+    latest = latest_checkpoint(full_checkpoint_root(run_dir))
+    return model_dir(latest[1]) if latest else None
+
+
 def prune(root: pathlib.Path, keep: int) -> None:
     """Delete all but the newest `keep` complete checkpoints."""
     for _step, path in list_checkpoints(root)[:-keep]:

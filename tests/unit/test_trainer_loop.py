@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+import torch
 
 from services.common.config.schema import TrinityConfig
 from services.common.errors import NotFound, Unavailable
@@ -181,3 +182,47 @@ async def test_untrainable_rows_are_dropped_and_acked_not_crash_looped(tmp_path)
     assert loop.engine.step == 1 and not buffer.leased
     record = json.loads(pathlib.Path(loop.progress_path).read_text().splitlines()[0])
     assert record["metrics"]["batch/dropped_rows"] == 2.0 and record["metrics"]["batch/rows"] == 2.0
+
+
+async def test_final_weights_of_a_run_load_as_a_model_path(tmp_path) -> None:
+    from services.models.loading import load_causal_lm
+    from services.trainer.checkpoint import latest_model_dir
+
+    cfg = _cfg(tmp_path, total_steps=1)
+    assert latest_model_dir(cfg.run_dir) is None
+    loop = await _run(cfg, FakeBuffer(rows=_fixed_rows(1)))
+    path = latest_model_dir(cfg.run_dir)
+    assert path is not None and path.parent.name == "global_step_1"
+    reloaded = load_causal_lm(str(path)).state_dict()
+    for name, tensor in loop.engine.model.state_dict().items():
+        assert torch.equal(reloaded[name], tensor), name
+
+
+async def test_sft_from_a_dataset_buffer_tokenizes_rows_and_ends_with_the_data(tmp_path) -> None:
+    from services.buffer.types import TaskBatch
+    from services.common.experience import Task
+    from services.trainer.dataset_source import DatasetAwareSource
+
+    rows = [{"prompt": f"{a}+{a}=", "response": str(2 * a)} for a in range(6)]
+
+    class DatasetBuffer(FakeBuffer):
+        cursor: int = 0
+
+        async def read_tasks(self, taskset, batch_size, *, reader_id="", rewind=False):
+            take = rows[self.cursor : self.cursor + batch_size]
+            tasks = [Task(raw_task=r, task_id=f"d{self.cursor + i}", index=self.cursor + i) for i, r in enumerate(take)]
+            self.cursor += len(take)
+            return TaskBatch(tasks, 0, self.cursor, end_of_data=self.cursor >= len(rows))
+
+    cfg = TrinityConfig.model_validate({
+        **_cfg(tmp_path).model_dump(include={"checkpoint_root_dir", "mode", "algorithm", "trainer", "monitor"}),
+        "buffer": {"batch_size": 4, "trainer_input": {"experience_buffer": {
+            "name": "sft_data", "storage_type": "file", "path": "unused.jsonl"}}},
+    })
+    built = build_engine(cfg, device="cpu")
+    source = DatasetAwareSource(DatasetBuffer(), built.tokenizer, cfg)
+    loop = TrainerLoop(cfg, built.engine, built.tokenizer, source, state=built.state)
+    await loop.run()
+    assert loop.engine.step == 2 and loop.cursor.samples == 6  # 4 rows, then the last 2 at end of data
+    first = json.loads(pathlib.Path(loop.progress_path).read_text().splitlines()[0])
+    assert first["rows"][0] == "0/d0/0" and first["metrics"]["actor/sft_loss"] > 0
