@@ -88,7 +88,11 @@ class GetInfoResponse(_message.Message):
     INFO_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def info(self) -> _common_pb2.ServiceInfo:
-        """Facts about the running server."""
+        """Facts about the running server. state: loading, reading, waiting_for_data, training, saving,
+        done. stats (once the model is loaded): step (last completed training step), loss (its total
+        loss), model_version (last version published to the synchronizer), tokens_per_s (of that
+        step), samples (experiences trained on since the run began, across restarts).
+        """
 
     def __init__(
         self,
