@@ -161,3 +161,31 @@ def digit_reward(response: str, answer: str, eos_text: str = EOS_TEXT) -> float:
     if len(got) != len(answer):
         return 0.0
     return sum(a == b for a, b in zip(got, answer, strict=True)) / len(answer)
+
+
+# The CPU demo's split (probes/RESULTS.md): labels exist only for easy problems (at most one carry);
+# the RL taskset and the eval set are hard problems (two or more carries) whose answers only the
+# reward function reads.
+DEMO_SFT_SPEC = ArithSpec(digits=3, max_carries=1)
+DEMO_RL_SPEC = ArithSpec(digits=3, min_carries=2)
+
+
+def write_demo_tasksets(
+    out_dir: str | pathlib.Path,
+    *,
+    seed: int = 0,
+    n_sft: int = 20_000,
+    n_rl: int = 10_000,
+    n_eval: int = 1_000,
+) -> dict[str, pathlib.Path]:
+    """Write sft.jsonl (easy, labelled), rl.jsonl and eval.jsonl (hard, disjoint); returns their paths."""
+    out = pathlib.Path(out_dir)
+    eval_rows = generate(DEMO_RL_SPEC, n_eval, seed=2000 + seed)
+    held_out = {r["question"] for r in eval_rows}
+    rl_rows = generate(DEMO_RL_SPEC, n_rl, seed=3000 + seed, exclude=held_out)
+    sft_rows = generate(DEMO_SFT_SPEC, n_sft, seed=1000 + seed, exclude=held_out)
+    return {
+        "sft": write_jsonl(sft_rows, out / "sft.jsonl"),
+        "rl": write_jsonl(rl_rows, out / "rl.jsonl"),
+        "eval": write_jsonl(eval_rows, out / "eval.jsonl"),
+    }

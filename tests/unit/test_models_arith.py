@@ -96,3 +96,15 @@ def test_rewards():
     assert answer_reward("", "0432") == 0.0
     assert digit_reward("0431<eos>", "0432") == 0.75
     assert digit_reward("043<eos>", "0432") == 0.0
+
+
+def test_demo_tasksets_split_easy_labels_from_hard_problems(tmp_path):
+    from services.models.arith import write_demo_tasksets
+
+    paths = write_demo_tasksets(tmp_path, seed=1, n_sft=300, n_rl=200, n_eval=100)
+    rows = {k: [json.loads(line) for line in p.read_text().splitlines()] for k, p in paths.items()}
+    parse = lambda r: [int(v) for v in r["question"].rstrip("=").split("+")]  # noqa: E731
+    assert [len(rows[k]) for k in ("sft", "rl", "eval")] == [300, 200, 100]
+    assert all(count_carries(parse(r), 3) <= 1 for r in rows["sft"])
+    assert all(count_carries(parse(r), 3) >= 2 for r in rows["rl"] + rows["eval"])
+    assert not {r["question"] for r in rows["rl"]} & {r["question"] for r in rows["eval"]}

@@ -9,7 +9,8 @@ from services.common.config.base import Section
 
 class ModelConfig(Section):
     model_path: str = "builtin:tiny-arith"
-    """Hub id or local path of a causal LM; `builtin:<name>` builds a tiny model locally (no download)."""
+    """Hub id or local path of a causal LM; `builtin:<name>` builds a tiny model locally (no download):
+    builtin:tiny-arith (GPT-2, 0.6M parameters) or builtin:tiny-30m (29M); see services/models/loading.py."""
     tokenizer_path: str | None = None
     """Tokenizer location when it differs from model_path."""
     critic_model_path: str | None = None
