@@ -16,6 +16,11 @@ steps finished (our trainer's progress.jsonl; a TRL callback), so start-up (proc
 load, gRPC connections) is excluded; total wall time including start-up is in `config`. Rewards
 are the mean reward of the sampled completions (ours: critic/rewards/mean; TRL: reward), first
 step and mean of the last quarter of the steps. Last line: the JSON object of benchmarks/README.
+
+Threads: every process of both sides gets `--threads` torch threads (default 1). On the shared
+2-core development machine, two threads per process made one process 5-10x slower (OpenMP
+threads contending with the other load), which swamped the comparison; TRL runs in one process
+and ours in several (trainer and explorer overlap), which is part of what is being compared.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import os
 import pathlib
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +48,10 @@ TRL_MISSING = (
 )
 
 
+def say(message: str) -> None:
+    print(f"[e2e] {message}", file=sys.stderr, flush=True)
+
+
 # ---- helpers (pure) ------------------------------------------------------------------------------
 
 
@@ -50,6 +60,13 @@ def steady_step_time(times: list[float]) -> float:
     if len(times) < 2:
         raise ValueError(f"need at least 2 step times, got {len(times)}")
     return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def median_interval(times: list[float]) -> float:
+    """Median seconds between consecutive step finishes: the same figure, robust to a stalled step."""
+    if len(times) < 2:
+        raise ValueError(f"need at least 2 step times, got {len(times)}")
+    return statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
 
 
 def tail_mean(values: list[float], fraction: float = 0.25) -> float:
@@ -82,6 +99,10 @@ def result_line(
                 "trl": round(tail_mean(trl["rewards"]), 4),
             },
             "total_wall_s": {"ours": round(ours["wall_s"], 1), "trl": round(trl["wall_s"], 1)},
+            "median_step_s": {
+                "ours": round(median_interval(ours["step_times"]), 4),
+                "trl": round(median_interval(trl["step_times"]), 4),
+            },
             "steps_measured": {"ours": len(ours["step_times"]), "trl": len(trl["step_times"])},
         },
     }
@@ -123,16 +144,21 @@ def sft_warmup(model: Any, tokenizer: Any, args: argparse.Namespace) -> None:
     prompt_len = len(tokenizer(rows[0]["question"])["input_ids"])
     labels = ids.clone()
     labels[:, :prompt_len] = -100
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.sft_lr)
     gen = torch.Generator().manual_seed(args.seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: on a busy 2-core machine 1 thread was ~10x faster than 2
     model.train()
-    for _ in range(args.sft_steps):
-        pick = torch.randint(0, len(rows), (128,), generator=gen)
-        loss = model(input_ids=ids[pick], labels=labels[pick]).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    try:
+        for _ in range(args.sft_steps):
+            pick = torch.randint(0, len(rows), (128,), generator=gen)
+            loss = model(input_ids=ids[pick], labels=labels[pick]).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+        model.eval()
 
 
 # ---- ours ----------------------------------------------------------------------------------------
@@ -300,16 +326,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--sft-steps",
         type=int,
-        default=None,
-        help="SFT warm-up steps of the shared start (default 150, --quick 0)",
+        default=150,
+        help="SFT warm-up steps of the shared start weights (default 150; 0: none)",
+    )
+    parser.add_argument("--sft-lr", type=float, default=2e-3, help="SFT warm-up learning rate (default 2e-3)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per process on both sides (OMP_NUM_THREADS; default 1; 0: torch's default)",
     )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, run dir)")
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = 5 if args.quick else 20
-    if args.sft_steps is None:
-        args.sft_steps = 0 if args.quick else 150
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the figure is a difference of step times)")
     return args
@@ -323,10 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         print(TRL_MISSING, file=sys.stderr)
         return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if args.threads:
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # our children inherit it
+        torch.set_num_threads(args.threads)  # TRL runs in this process
     work = pathlib.Path(tempfile.mkdtemp(prefix="trinity-e2e-"))
     try:
+        say(f"preparing data and start weights ({args.sft_steps} SFT warm-up steps) in {work}")
         data, model_dir = prepare(work, args)
+        say(f"TRL GRPOTrainer: {args.steps} steps")
         trl_side = run_trl(work, data, model_dir, args)
+        say(f"ours (trinity run, log in {work / 'ours.log'}): {args.steps} steps")
         ours = run_ours(work, data, model_dir, args)
     finally:
         if args.keep:
