@@ -4,9 +4,9 @@
 
 TRL is a benchmark-only dependency (`make bench` installs it); it is never needed by the package
 or by the tests. Both sides run the same job on CPU: the same starting weights (builtin:tiny-arith
-saved once to a temporary directory, optionally after a short SFT warm-up so that rewards are not
-all zero), the same prompts in the same order (2-digit additions made by services.models.arith),
-`batch` prompts × `repeat` samples per step, temperature 1.0, `max_tokens` new tokens, AdamW at a
+after a short SFT warm-up on easy problems so that rewards are not all zero, saved once to a
+temporary directory that both load), the same prompts in the same order (2-digit additions made
+by services.models.arith), `batch` prompts × `repeat` samples per step, temperature 1.0, `max_tokens` new tokens, AdamW at a
 constant lr without weight decay, grad clip 1.0, one update per batch, no KL term (TRL's default
 beta 0; our kl_loss_fn none), token-mean loss (TRL's "dapo"), and the same reward function
 (services.explorer.rewards.arith_reward: exact match of the text before EOS).
@@ -378,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": "builtin:tiny-arith",
         "task": "2-digit addition (services.models.arith)",
         "steps": args.steps,
+        "quick": args.quick,
         "batch_size": args.batch,
         "repeat_times": args.repeat,
         "completions_per_step": args.batch * args.repeat,
