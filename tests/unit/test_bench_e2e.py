@@ -39,7 +39,8 @@ def test_result_line_shape_and_ratio():
     ours = {"step_times": [10.0, 11.0, 12.0], "rewards": [0.1, 0.2, 0.3], "wall_s": 30.0}
     trl = {"step_times": [5.0, 7.0, 9.0], "rewards": [0.1, 0.1, 0.4], "wall_s": 15.0}
     line = e2e.result_line(ours, trl, "1.16.0", {"steps": 3})
-    assert {"name", "unit", "ours", "baseline", "baseline_name", "ratio", "target_ratio", "config"} <= line.keys()
+    required = {"name", "unit", "ours", "baseline", "baseline_name", "ratio", "target_ratio", "config"}
+    assert required <= line.keys()
     assert line["lower_is_better"] is True
     assert (line["ours"], line["baseline"], line["ratio"]) == (1.0, 2.0, 0.5)
     assert line["baseline_name"] == "trl.GRPOTrainer 1.16.0"
