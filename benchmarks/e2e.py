@@ -13,7 +13,9 @@ beta 0; our kl_loss_fn none), token-mean loss (TRL's "dapo"), and the same rewar
 
 Figure: steady-state wall time per step, (t_last − t_first) / (N − 1) over the times at which
 steps finished (our trainer's progress.jsonl; a TRL callback), so start-up (process spawn, model
-load, gRPC connections) is excluded; total wall time including start-up is in `config`. Rewards
+load, gRPC connections) is excluded; total wall time including start-up is in `config`. Each side
+runs `--rounds` times (default 2) in alternating order (TRL, ours, ours, TRL) so that the machine's
+drifting load hits both alike; figures are means over rounds. Rewards
 are the mean reward of the sampled completions (ours: critic/rewards/mean; TRL: reward), first
 step and mean of the last quarter of the steps. Last line: the JSON object of benchmarks/README.
 
@@ -77,11 +79,21 @@ def tail_mean(values: list[float], fraction: float = 0.25) -> float:
     return sum(values[-k:]) / k
 
 
+def _per_side(runs: list[dict[str, Any]], fn: Any, digits: int = 4) -> float:
+    """Mean over rounds of fn(run), rounded."""
+    return round(statistics.fmean(fn(run) for run in runs), digits)
+
+
 def result_line(
-    ours: dict[str, Any], trl: dict[str, Any], trl_version: str, config: dict[str, Any]
+    ours: list[dict[str, Any]], trl: list[dict[str, Any]], trl_version: str, config: dict[str, Any]
 ) -> dict[str, Any]:
-    """The benchmark's JSON object from both sides' step times, rewards and wall times."""
-    ours_s, trl_s = steady_step_time(ours["step_times"]), steady_step_time(trl["step_times"])
+    """The benchmark's JSON object from both sides' runs (one per round): step times, rewards, wall times.
+
+    Each side's figure is the mean over rounds of its steady-state s/step; rewards and wall times
+    are means over rounds as well, and the per-round step times are kept in config.
+    """
+    ours_s = statistics.fmean(steady_step_time(run["step_times"]) for run in ours)
+    trl_s = statistics.fmean(steady_step_time(run["step_times"]) for run in trl)
     return {
         "name": "e2e_grpo_step_time",
         "unit": "s/step",
@@ -93,17 +105,28 @@ def result_line(
         "lower_is_better": True,
         "config": {
             **config,
-            "reward_first_step": {"ours": round(ours["rewards"][0], 4), "trl": round(trl["rewards"][0], 4)},
-            "reward_after_n": {
-                "ours": round(tail_mean(ours["rewards"]), 4),
-                "trl": round(tail_mean(trl["rewards"]), 4),
+            "rounds": len(ours),
+            "step_s_per_round": {
+                "ours": [round(steady_step_time(run["step_times"]), 4) for run in ours],
+                "trl": [round(steady_step_time(run["step_times"]), 4) for run in trl],
             },
-            "total_wall_s": {"ours": round(ours["wall_s"], 1), "trl": round(trl["wall_s"], 1)},
             "median_step_s": {
-                "ours": round(median_interval(ours["step_times"]), 4),
-                "trl": round(median_interval(trl["step_times"]), 4),
+                "ours": _per_side(ours, lambda run: median_interval(run["step_times"])),
+                "trl": _per_side(trl, lambda run: median_interval(run["step_times"])),
             },
-            "steps_measured": {"ours": len(ours["step_times"]), "trl": len(trl["step_times"])},
+            "reward_first_step": {
+                "ours": _per_side(ours, lambda run: run["rewards"][0]),
+                "trl": _per_side(trl, lambda run: run["rewards"][0]),
+            },
+            "reward_after_n": {
+                "ours": _per_side(ours, lambda run: tail_mean(run["rewards"])),
+                "trl": _per_side(trl, lambda run: tail_mean(run["rewards"])),
+            },
+            "total_wall_s": {
+                "ours": _per_side(ours, lambda run: run["wall_s"], 1),
+                "trl": _per_side(trl, lambda run: run["wall_s"], 1),
+            },
+            "steps_measured": {"ours": len(ours[0]["step_times"]), "trl": len(trl[0]["step_times"])},
         },
     }
 
@@ -213,6 +236,7 @@ def run_ours(
 ) -> dict[str, Any]:
     import yaml
 
+    work.mkdir(parents=True, exist_ok=True)
     config = work / "ours.yaml"
     config.write_text(yaml.safe_dump(our_config(work, data, model_dir, args), sort_keys=False))
     log = work / "ours.log"
@@ -336,14 +360,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="torch threads per process on both sides (OMP_NUM_THREADS; default 1; 0: torch's default)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="runs of each side, alternating order (default 2, --quick 1)"
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, run dir)")
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = 5 if args.quick else 20
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     if args.steps < 2:
         parser.error("--steps must be >= 2 (the figure is a difference of step times)")
     return args
+
+
+def run_rounds(
+    work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Path, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Both sides `args.rounds` times, alternating which goes first (TRL, ours, ours, TRL, ...)."""
+    ours: list[dict[str, Any]] = []
+    trl_side: list[dict[str, Any]] = []
+    for r in range(args.rounds):
+        round_dir = work / f"round{r + 1}"
+        for side in ("trl", "ours") if r % 2 == 0 else ("ours", "trl"):
+            if side == "trl":
+                say(f"round {r + 1}/{args.rounds}: TRL GRPOTrainer, {args.steps} steps")
+                trl_side.append(run_trl(round_dir, data, model_dir, args))
+            else:
+                say(
+                    f"round {r + 1}/{args.rounds}: ours (trinity run, log {round_dir / 'ours.log'}), {args.steps} steps"
+                )
+                ours.append(run_ours(round_dir, data, model_dir, args))
+    return ours, trl_side
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,10 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         say(f"preparing data and start weights ({args.sft_steps} SFT warm-up steps) in {work}")
         data, model_dir = prepare(work, args)
-        say(f"TRL GRPOTrainer: {args.steps} steps")
-        trl_side = run_trl(work, data, model_dir, args)
-        say(f"ours (trinity run, log in {work / 'ours.log'}): {args.steps} steps")
-        ours = run_ours(work, data, model_dir, args)
+        ours, trl_side = run_rounds(work, data, model_dir, args)
     finally:
         if args.keep:
             print(f"kept {work}", file=sys.stderr)

@@ -36,18 +36,27 @@ def test_tail_mean_is_the_last_quarter_with_at_least_one_value():
 
 
 def test_result_line_shape_and_ratio():
-    ours = {"step_times": [10.0, 11.0, 12.0], "rewards": [0.1, 0.2, 0.3], "wall_s": 30.0}
-    trl = {"step_times": [5.0, 7.0, 9.0], "rewards": [0.1, 0.1, 0.4], "wall_s": 15.0}
+    ours = [
+        {"step_times": [10.0, 11.0, 12.0], "rewards": [0.1, 0.2, 0.3], "wall_s": 30.0},
+        {"step_times": [0.0, 1.0, 2.0], "rewards": [0.1, 0.2, 0.5], "wall_s": 20.0},
+    ]
+    trl = [
+        {"step_times": [5.0, 7.0, 9.0], "rewards": [0.1, 0.1, 0.4], "wall_s": 15.0},
+        {"step_times": [5.0, 7.0, 9.0], "rewards": [0.1, 0.1, 0.4], "wall_s": 15.0},
+    ]
     line = e2e.result_line(ours, trl, "1.16.0", {"steps": 3})
     required = {"name", "unit", "ours", "baseline", "baseline_name", "ratio", "target_ratio", "config"}
     assert required <= line.keys()
     assert line["lower_is_better"] is True
     assert (line["ours"], line["baseline"], line["ratio"]) == (1.0, 2.0, 0.5)
     assert line["baseline_name"] == "trl.GRPOTrainer 1.16.0"
-    assert line["config"]["steps"] == 3
-    assert line["config"]["reward_after_n"] == {"ours": 0.3, "trl": 0.4}
-    assert line["config"]["reward_first_step"] == {"ours": 0.1, "trl": 0.1}
-    assert line["config"]["total_wall_s"] == {"ours": 30.0, "trl": 15.0}
+    config = line["config"]
+    assert config["steps"] == 3
+    assert config["rounds"] == 2
+    assert config["step_s_per_round"] == {"ours": [1.0, 1.0], "trl": [2.0, 2.0]}
+    assert config["reward_after_n"] == {"ours": 0.4, "trl": 0.4}
+    assert config["reward_first_step"] == {"ours": 0.1, "trl": 0.1}
+    assert config["total_wall_s"] == {"ours": 25.0, "trl": 15.0}
     json.dumps(line)  # one JSON line
 
 
@@ -78,7 +87,8 @@ def test_our_config_is_a_valid_one_stage_grpo_run(tmp_path: pathlib.Path):
 
 
 def test_parse_args_defaults():
-    assert e2e.parse_args([]).steps == 20
-    assert e2e.parse_args(["--quick"]).steps == 5
+    full, quick = e2e.parse_args([]), e2e.parse_args(["--quick"])
+    assert (full.steps, full.rounds) == (20, 2)
+    assert (quick.steps, quick.rounds) == (5, 1)
     with pytest.raises(SystemExit):
         e2e.parse_args(["--steps", "1"])
