@@ -54,6 +54,7 @@ def _torchrun(config: pathlib.Path, log_path: pathlib.Path) -> int:
     return rc
 
 
+@pytest.mark.slow  # two torchrun launches of two ranks each: ~35 s on an idle 2-core machine
 async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_process, tmp_path) -> None:
     config, data = make_config({
         "mode": "both",
