@@ -1,10 +1,11 @@
 """Data of the embedded demo, generated locally on first use (no downloads).
 
 The demo shows what reinforcement learning adds where supervised fine-tuning cannot follow:
-- `sft.jsonl`: a small labelled set of easier problems (no carries) — SFT teaches the format;
-- `rl.jsonl`: harder problems *without usable labels* for training — GRPO learns from the
-  verifier's reward alone (the answers are present only because the reward function checks them);
-- `eval.jsonl`: held-out problems of the harder distribution, scored before, between and after.
+- `sft.jsonl`: 1,000 labelled *easier* problems (3-digit additions with at most one carry):
+  SFT teaches the format and single carries;
+- `rl.jsonl`: 8,000 *harder* problems (two or three carries) used without their labels: GRPO
+  learns from the verifier's reward alone (the answers are there only for the reward function);
+- `eval.jsonl`: 1,000 held-out problems of the harder kind, scored before, between and after.
 Every file is deterministic (fixed seeds), and the three sets share no question.
 
     python -m services.cli.demo_data DIR     # what `trinity run` does for the embedded default
@@ -28,9 +29,9 @@ class DemoSet:
 
 
 # Sizes and difficulty were chosen with probes/cpu_rl_demo_probe.py (see probes/RESULTS.md).
-EVAL = DemoSet("eval.jsonl", ArithSpec(digits=2), 1000, seed=11)
-SFT = DemoSet("sft.jsonl", ArithSpec(digits=2, max_carries=0), 300, seed=12)
-RL = DemoSet("rl.jsonl", ArithSpec(digits=2), 4000, seed=13)
+EVAL = DemoSet("eval.jsonl", ArithSpec(digits=3, min_carries=2), 1000, seed=11)
+SFT = DemoSet("sft.jsonl", ArithSpec(digits=3, max_carries=1), 1000, seed=12)
+RL = DemoSet("rl.jsonl", ArithSpec(digits=3, min_carries=2), 8000, seed=13)
 
 
 def prepare_demo_data(data_dir: str) -> list[str]:
@@ -42,7 +43,8 @@ def prepare_demo_data(data_dir: str) -> list[str]:
         rows = generate(demo_set.spec, demo_set.n, demo_set.seed, exclude=used)
         used.update(row["question"] for row in rows)
         if not os.path.exists(path):
-            write_jsonl(rows, path)
+            write_jsonl(rows, path + ".tmp")  # whole files only: a killed run leaves no half file
+            os.replace(path + ".tmp", path)
             written.append(path)
     return written
 

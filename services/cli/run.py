@@ -27,12 +27,18 @@ import yaml
 from services.cli import stages as st
 from services.cli.progress import ProgressReporter, render_line, should_forward
 from services.common.config import TrinityConfig, load_config
-from services.common.errors import TrinityError
+from services.common.entry import PARENT_ENV
+from services.common.errors import ConfigError, TrinityError
 from services.common.health import wait_healthy
 from services.common.procs import free_port
 
 INFRA = ("buffer", "synchronizer")
-WORKERS_OF_MODE = {"both": ("trainer", "explorer"), "train": ("trainer",), "explore": ("explorer",), "bench": ()}
+WORKERS_OF_MODE = {
+    "both": ("trainer", "explorer"),
+    "train": ("trainer",),
+    "explore": ("explorer",),
+    "bench": (),
+}
 _WIDTH = 12
 
 
@@ -68,10 +74,55 @@ def write_resolved_config(cfg: TrinityConfig, path: str) -> None:
         yaml.safe_dump(data, fh, sort_keys=False)
 
 
+def child_env() -> dict[str, str]:
+    """The children's environment: no tqdm bars, unbuffered output, and (unless the user set
+    OMP_NUM_THREADS) torch threads = cores / 2, so the trainer and the explorer of one machine do not
+    fight over the cores (on a 2-core box, 1 thread each was several times faster than 2)."""
+    threads = str(max(1, (os.cpu_count() or 2) // 2))
+    env = {"TQDM_DISABLE": "1", "OMP_NUM_THREADS": threads, **os.environ, "PYTHONUNBUFFERED": "1"}
+    env[PARENT_ENV] = str(os.getpid())  # children stop if this process dies (services.common.entry)
+    return env
+
+
+def preflight(cfg: TrinityConfig) -> None:
+    """Fail before starting anything when a stage's algorithm parts reject their arguments."""
+    from services.trainer.algorithms.builder import build_algorithm
+
+    for index, stage in enumerate(cfg.stage_configs):
+        if "trainer" not in WORKERS_OF_MODE[stage.mode]:
+            continue
+        try:
+            build_algorithm(stage.algorithm)
+        except TrinityError as exc:
+            where = f"stages[{index}] ({cfg.stages[index].stage_name}): " if cfg.stages else ""
+            raise ConfigError(f"{where}{exc}", field=exc.field) from exc
+
+
+def prepare_data(cfg: TrinityConfig) -> None:
+    """Generate the embedded demo's data files when the config reads them and they are missing.
+
+    The convention: files under `<checkpoint_root_dir>/<project>/demo_data/` are the demo's
+    (services/cli/demo_data.py); any other missing path is the user's to provide.
+    """
+    from services.cli.demo_data import prepare_demo_data
+
+    demo_dir = os.path.abspath(os.path.join(cfg.checkpoint_root_dir, cfg.project, "demo_data"))
+    paths = []
+    for stage in cfg.stage_configs:
+        inputs = stage.buffer.explorer_input
+        storages = [inputs.taskset, *inputs.eval_tasksets, stage.buffer.trainer_input.experience_buffer]
+        paths += [s.path for s in storages if s is not None and s.storage_type == "file" and s.path]
+    if any(os.path.abspath(p).startswith(demo_dir + os.sep) and not os.path.exists(p) for p in paths):
+        written = prepare_demo_data(demo_dir)
+        say(f"demo data generated in {demo_dir}: {', '.join(os.path.basename(p) for p in written)}")
+
+
 class StageRunner:
     """Runs one stage's services; see the module docstring."""
 
-    def __init__(self, cfg: TrinityConfig, config_path: str, *, verbose: bool = False, max_restarts: int = 3) -> None:
+    def __init__(
+        self, cfg: TrinityConfig, config_path: str, *, verbose: bool = False, max_restarts: int = 3
+    ) -> None:
         self.cfg = cfg
         self.config_path = config_path
         self.verbose = verbose
@@ -87,16 +138,27 @@ class StageRunner:
         log_file = open(os.path.join(self.log_dir, f"{label}.log"), "ab")  # noqa: ASYNC230, SIM115 - closed in stop_all
         args = [arg for item in overrides for arg in ("--set", item)]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", f"services.{name}", "--config", self.config_path, *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            env={"TQDM_DISABLE": "1", **os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+            sys.executable,
+            "-m",
+            f"services.{name}",
+            "--config",
+            self.config_path,
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=child_env(),
+            start_new_session=True,
         )
         child = Child(label, proc, log_file)
         child.pump = asyncio.create_task(self._pump(child))
         self.children[label] = child
         address = self.cfg.services.endpoint(name).address  # type: ignore[arg-type]
-        await wait_healthy(address, self.cfg.services.health_wait_s, services_cfg=self.cfg.services,
-                           alive=lambda: proc.returncode is None)
+        await wait_healthy(
+            address,
+            self.cfg.services.health_wait_s,
+            services_cfg=self.cfg.services,
+            alive=lambda: proc.returncode is None,
+        )
         return child
 
     async def _pump(self, child: Child) -> None:
@@ -127,7 +189,11 @@ class StageRunner:
         child.log_file.close()
 
     async def stop_all(self) -> None:
-        for label in [n for n in ("explorer-bench", "explorer", "trainer", "synchronizer", "buffer") if n in self.children]:
+        for label in [
+            n
+            for n in ("explorer-bench", "explorer", "trainer", "synchronizer", "buffer")
+            if n in self.children
+        ]:
             await self.stop(label)
 
     # ---- the stage ------------------------------------------------------------------------------
@@ -164,7 +230,9 @@ class StageRunner:
         """Score the eval tasksets with an explorer in bench mode (starting weights, or the latest checkpoint)."""
         say(f"evaluating ({when} of stage)")
         before = len(st.eval_records(self.cfg))
-        child = await self.start("explorer", "mode=bench", "explorer.bench_on_latest_checkpoint=true", label="explorer-bench")
+        child = await self.start(
+            "explorer", "mode=bench", "explorer.bench_on_latest_checkpoint=true", label="explorer-bench"
+        )
         code = await child.proc.wait()
         await self.stop("explorer-bench")
         if code != 0:
@@ -208,11 +276,17 @@ class StageRunner:
                         await child.pump
                     child.log_file.close()
                     continue
+                if code == 2:  # the service rejected its config: a restart would fail the same way
+                    say(f"{label} exited with code 2 (invalid config); not restarting it", err=True)
+                    return 1
                 restarts[label] = restarts.get(label, 0) + 1
                 if restarts[label] > self.max_restarts:
                     say(f"{label} exited with code {code} {restarts[label]} times; giving up", err=True)
                     return 1
-                say(f"{label} exited with code {code}; restarting it ({restarts[label]}/{self.max_restarts})", err=True)
+                say(
+                    f"{label} exited with code {code}; restarting it ({restarts[label]}/{self.max_restarts})",
+                    err=True,
+                )
                 await self.stop(label)
                 await self.start(label)
             if done == set(workers):
@@ -223,15 +297,26 @@ class StageRunner:
 
         experience_buffer = self.cfg.buffer.trainer_input.experience_buffer
         name = experience_buffer.name or "experience_buffer"
-        async with await BufferClient.connect(self.cfg.services.buffer.address, services_cfg=self.cfg.services) as buffer:
+        async with await BufferClient.connect(
+            self.cfg.services.buffer.address, services_cfg=self.cfg.services
+        ) as buffer:
             stats = await buffer.stats(name)
         steps, trained, _ = st.trained_rows(self.cfg)
         entry["steps"] = steps
         if experience_buffer.storage_type == "file":
             # A dataset: rows are read, not written; nothing waits in a queue.
-            entry["experiences"] = {"written": 0, "trained": trained, "buffered": 0, "dataset_rows_read": stats.written}
+            entry["experiences"] = {
+                "written": 0,
+                "trained": trained,
+                "buffered": 0,
+                "dataset_rows_read": stats.written,
+            }
         else:
-            entry["experiences"] = {"written": stats.written, "trained": trained, "buffered": stats.depth + stats.leased}
+            entry["experiences"] = {
+                "written": stats.written,
+                "trained": trained,
+                "buffered": stats.depth + stats.leased,
+            }
 
 
 async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:
@@ -239,6 +324,8 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
     if not cfg.continue_from_checkpoint:
         cfg = load_config(config, [*overrides, f"name={cfg.name}_{time.strftime('%Y%m%d-%H%M%S')}"])
     root = cfg.run_dir
+    preflight(cfg)
+    prepare_data(cfg)
     summary = st.load_summary(root)
     previous: TrinityConfig | None = None
     for index, stage in enumerate(cfg.stage_configs):
@@ -252,9 +339,13 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
             continue
         path = os.path.join(stage.run_dir, "config.resolved.yaml")
         write_resolved_config(stage, path)
-        say(f"stage {index + 1}/{len(cfg.stage_configs)} {label}: mode {stage.mode}, "
-            f"algorithm {stage.algorithm.algorithm_type}, model {stage.model.model_path}, run dir {stage.run_dir}")
-        code = await StageRunner(stage, path, verbose=verbose).run(entry, lambda: st.save_summary(root, summary))
+        say(
+            f"stage {index + 1}/{len(cfg.stage_configs)} {label}: mode {stage.mode}, "
+            f"algorithm {stage.algorithm.algorithm_type}, model {stage.model.model_path}, run dir {stage.run_dir}"
+        )
+        code = await StageRunner(stage, path, verbose=verbose).run(
+            entry, lambda: st.save_summary(root, summary)
+        )
         if code != 0:
             return code
     print("\n" + st.format_table(summary), flush=True)

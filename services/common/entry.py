@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from services.common.config import TrinityConfig, load_config
-from services.common.errors import TrinityError
+from services.common.errors import ConfigError, InvalidArgument, TrinityError
 from services.common.logging import configure_logging, get_logger
 
 SERVICE_PROTOS = {
@@ -26,9 +30,15 @@ SERVICE_PROTOS = {
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", default=None, help="YAML config (default: the embedded demo config)")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--config", "-c", default=None, help="YAML config (default: the embedded demo config)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a config key, e.g. --set services.buffer.port=6000 (repeatable)",
     )
 
@@ -57,10 +67,37 @@ async def serve_placeholder(service: str, cfg: TrinityConfig) -> None:
         async def GetInfo(self, request, context):  # noqa: N802
             return pb2.GetInfoResponse(info=server.info(__version__, state="placeholder"))
 
-    server.add(getattr(pb2_grpc, f"add_{service_cls}Servicer_to_server"), Placeholder(), f"{package}.{service_cls}")
+    server.add(
+        getattr(pb2_grpc, f"add_{service_cls}Servicer_to_server"), Placeholder(), f"{package}.{service_cls}"
+    )
     await server.start()
-    get_logger("entry").warning("placeholder_service", service=service, detail="only GetInfo and health are served")
+    get_logger("entry").warning(
+        "placeholder_service", service=service, detail="only GetInfo and health are served"
+    )
     await server.wait()
+
+
+PARENT_ENV = "TRINITY_PARENT_PID"
+
+
+def watch_parent(interval_s: float = 1.0) -> None:
+    """When started by `trinity run` (TRINITY_PARENT_PID set): stop gracefully if that process dies.
+
+    The children run in their own sessions (a Ctrl-C reaches the runner, which stops them in order),
+    so a runner killed with SIGKILL would otherwise leave them serving, holding their ports; rerunning
+    the same command then continues from the buffer's cursors and the latest checkpoint.
+    """
+    expected = os.environ.get(PARENT_ENV)
+    if not expected or not expected.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(expected):
+            time.sleep(interval_s)
+        get_logger("entry").warning("parent_gone", parent_pid=int(expected), action="stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def run_service(service: str, config: str | None, overrides: Sequence[str] = ()) -> int:
@@ -71,18 +108,22 @@ def run_service(service: str, config: str | None, overrides: Sequence[str] = ())
         print(f"trinity {service}: invalid config: {exc}", file=sys.stderr)
         return 2
     configure_logging(service, cfg.log.level)
+    watch_parent()
     try:
         asyncio.run(resolve_serve(service)(cfg))
     except KeyboardInterrupt:
         return 0
     except TrinityError as exc:
         get_logger("entry").error("service_failed", service=service, error=str(exc), field=exc.field)
-        return 1
+        # 2: the config is wrong (restarting cannot help); 1: anything else.
+        return 2 if isinstance(exc, (ConfigError, InvalidArgument)) else 1
     return 0
 
 
 def main(service: str, argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=f"python -m services.{service}", description=f"Run the {service} service.")
+    parser = argparse.ArgumentParser(
+        prog=f"python -m services.{service}", description=f"Run the {service} service."
+    )
     add_serve_args(parser)
     args = parser.parse_args(argv)
     sys.exit(run_service(service, args.config, args.overrides))
