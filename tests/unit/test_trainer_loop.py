@@ -97,6 +97,29 @@ async def test_trains_acks_after_each_step_and_checkpoints(tmp_path: pathlib.Pat
     assert rows_of(lines)[:4] == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]
 
 
+async def test_leases_of_a_killed_trainer_are_returned_at_restart(tmp_path: pathlib.Path) -> None:
+    """A trainer killed while holding a lease leaves it in its journal; the next run nacks it first."""
+    cfg = _cfg(tmp_path, total_steps=1)
+    buffer = FakeBuffer(rows=_fixed_rows(2))
+    held = await buffer.read("b", 4, max_wait=0, lease_s=600)  # what the killed trainer read
+    journal = pathlib.Path(cfg.run_dir) / "trainer" / "leases-trainer.json"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(json.dumps([held.lease_id, "gone:lease"]))
+    buffer.events.clear()
+
+    async def nack(lease_id):  # an unknown lease (expired or acked) is reported, not fatal
+        if lease_id not in buffer.leased:
+            raise NotFound(f"no lease {lease_id}", field="lease_id")
+        await FakeBuffer.nack(buffer, lease_id)
+
+    buffer.nack = nack  # type: ignore[method-assign]
+    loop = await _run(cfg, buffer)
+    assert buffer.events[:2] == [f"nack {held.lease_id}", "read L1 4"]
+    lines = pathlib.Path(loop.progress_path).read_text().splitlines()
+    assert rows_of(lines) == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]  # the returned rows
+    assert json.loads(journal.read_text()) == []  # acked: nothing held any more
+
+
 async def test_resume_gives_the_same_next_step_loss(tmp_path: pathlib.Path) -> None:
     straight = _cfg(tmp_path / "a", total_steps=3, save_interval=2)
     loop = await _run(straight, FakeBuffer(rows=_fixed_rows(3)))
