@@ -1,0 +1,187 @@
+"""`trinity run` console output: which child lines reach the console, how JSON log lines read, and the
+progress line built from the services' GetInfo stats."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from services.cli import progress
+from services.cli.progress import CHATTY_EVENTS, ProgressReporter, progress_line, render_line, should_forward
+from services.common.config import load_config
+from services.common.errors import Unavailable
+
+
+def log_line(**record: Any) -> str:
+    return json.dumps(record)
+
+
+# ---- should_forward ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", sorted(CHATTY_EVENTS))
+def test_per_step_events_are_kept_off_the_console_unless_verbose(event: str) -> None:
+    line = log_line(event=event, level="info", step=3)
+    assert should_forward(line, verbose=False) is False
+    assert should_forward(line, verbose=True) is True
+
+
+def test_the_chatty_set_is_the_per_step_events() -> None:
+    assert CHATTY_EVENTS == {
+        "train_step",
+        "explore_step",
+        "weights_loaded",
+        "version_published",
+        "sync",
+        "waiting_for_data",
+    }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        log_line(event="serving", address="127.0.0.1:1"),  # a lifecycle event
+        log_line(event="train_finished", step=10),
+        log_line(level="error", message="no event key"),
+        "Traceback (most recent call last):",  # not JSON
+        "  train_step happened",  # mentions a chatty event but is not a JSON record
+        '{"event": "train_step", broken',  # looks like JSON but is not: shown as is
+        "",
+    ],
+)
+def test_everything_but_per_step_events_is_forwarded(line: str) -> None:
+    assert should_forward(line, verbose=False) is True
+
+
+# ---- render_line ---------------------------------------------------------------------------------
+
+
+def test_json_line_renders_as_event_then_fields_without_the_bookkeeping_keys() -> None:
+    line = log_line(
+        event="serving",
+        timestamp="2024-01-01T00:00:00Z",
+        logger="x",
+        service="buffer",
+        level="info",
+        request_id="r1",
+        address="127.0.0.1:5",
+        workers=4,
+    )
+    assert render_line(line) == "serving address=127.0.0.1:5 workers=4"
+
+
+def test_level_other_than_info_is_shown_upper_case_first() -> None:
+    assert render_line(log_line(event="lease_expired", level="warning", n=2)) == "WARNING lease_expired n=2"
+    assert render_line(log_line(event="crashed", level="error")) == "ERROR crashed"
+
+
+def test_event_without_fields_has_no_trailing_space() -> None:
+    assert render_line(log_line(event="stopping", level="info")) == "stopping"
+
+
+def test_floats_keep_four_significant_digits() -> None:
+    assert (
+        render_line(log_line(event="e", loss=0.123456789, lr=2e-4, big=123456.7))
+        == "e loss=0.1235 lr=0.0002 big=1.235e+05"
+    )
+
+
+def test_long_values_are_cut_to_120_characters() -> None:
+    rendered = render_line(log_line(event="e", detail="x" * 200, short="y" * 120))
+    detail, short = rendered.split(" ")[1:]
+    assert detail == "detail=" + "x" * 117 + "..."
+    assert short == "short=" + "y" * 120  # exactly 120: kept whole
+
+
+@pytest.mark.parametrize("line", ["plain text", "Traceback (most recent call last):", "{not json"])
+def test_non_json_lines_are_unchanged(line: str) -> None:
+    assert render_line(line) == line
+
+
+# ---- progress_line -------------------------------------------------------------------------------
+
+
+@dataclass
+class Info:
+    """The fields of a GetInfo reply that progress_line reads."""
+
+    state: str
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def test_progress_line_with_trainer_and_explorer() -> None:
+    trainer = Info("training", {"step": 12, "loss": 0.03125, "model_version": 12, "tokens_per_s": 1234.0})
+    explorer = Info(
+        "exploring",
+        {
+            "step": 14,
+            "model_version": 10,
+            "reward_mean": 0.625,
+            "experiences_written": 448,
+            "tokens_per_s": 987.6,
+        },
+    )
+    line = progress_line(42.4, {"trainer": trainer, "explorer": explorer})
+    assert line == (
+        "   42s"
+        " | trainer training step 12 loss 0.0312 v12 1.2k tok/s"
+        " | explorer exploring step 14 v10 reward 0.625 written 448 988 tok/s"
+        " | version lag 2"  # trainer v12, explorer still on v10
+    )
+
+
+def test_progress_line_of_one_worker_has_no_version_lag() -> None:
+    line = progress_line(5.0, {"trainer": Info("training", {"step": 1, "loss": 1.5, "model_version": 1})})
+    assert line == "    5s | trainer training step 1 loss 1.5 v1 0 tok/s"
+    assert "lag" not in progress_line(5.0, {"explorer": Info("exploring", {"step": 1})})
+
+
+def test_missing_loss_shows_a_dash_and_missing_stats_show_zero() -> None:
+    line = progress_line(0.0, {"trainer": Info("starting")})
+    assert line == "    0s | trainer starting step 0 loss - v0 0 tok/s"
+
+
+def test_progress_line_without_infos_is_the_elapsed_time_only() -> None:
+    assert progress_line(3600.0, {}) == " 3600s"
+
+
+# ---- ProgressReporter.poll -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def cfg(tmp_path):  # type: ignore[no-untyped-def]
+    path = tmp_path / "c.yaml"
+    path.write_text(f"checkpoint_root_dir: {tmp_path}\n")
+    return load_config(path)
+
+
+async def test_poll_skips_services_that_do_not_answer_and_keeps_the_last_good_infos(
+    cfg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    down: set[str] = set()
+    asked: list[tuple[str, str]] = []
+
+    async def fake_service_info(name: str, address: str, services_cfg: Any, timeout: float) -> Info:
+        asked.append((name, address))
+        if name in down:
+            raise Unavailable(f"{name} is down")
+        return Info("running", {"step": 1})
+
+    monkeypatch.setattr(progress, "service_info", fake_service_info)
+    reporter = ProgressReporter(cfg, ["trainer", "explorer"])
+
+    first = await reporter.poll()
+    assert set(first) == {"trainer", "explorer"}
+    assert asked == [("trainer", cfg.services.trainer.address), ("explorer", cfg.services.explorer.address)]
+
+    down.add("explorer")
+    second = await reporter.poll()
+    assert set(second) == {"trainer"}
+    assert reporter.last is second
+
+    down.add("trainer")
+    assert await reporter.poll() == {}
+    assert reporter.last is second  # nothing answered: the last infos stay
