@@ -1,9 +1,9 @@
 """The trainer's side of the sync plan: tell the synchronizer about steps, publish versions when due.
 
 The synchronizer decides (its plan: sync_interval, sync_offset, sync_style, requests of explorers);
-this module only asks and obeys. Versions are monotone in the synchronizer's ledger, so after a crash
-that resumes from a checkpoint older than the last published version, the steps up to that version
-are trained again but not re-published (explorers keep the newer version they have).
+this module only asks and obeys. Versions are monotone in the synchronizer's ledger: a trainer that
+resumes from a checkpoint older than the last published version numbers its next step after that
+version (TrainerLoop._skip_published_steps), and a step at or below it is never published.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ A SIGKILL between 1 and 3 leaves the rows leased: the lease ids are journaled in
 the buffer hands the rows out again at once instead of after `buffer.lease_s` (they were never
 acked, and the weights that saw them were never saved). A SIGKILL after 3 loses the optimizer
 steps since the last checkpoint, but never re-trains acked rows: the restarted trainer resumes the
-weights, optimizer, schedule and step of the latest checkpoint and reads on from the buffer.
+weights, optimizer, schedule and step of the latest checkpoint, numbers its next step after the
+newest version it had published (see _skip_published_steps) and reads on from the buffer.
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class TrainerLoop:
         log.info("trainer_started", step=self.engine.step, total_steps=self.total_steps,
                  algorithm=self.engine.algorithm.name)
         await self._release_previous_leases()
+        self._skip_published_steps()
         try:
             while not self._finished():
                 step = self.engine.step + 1
@@ -315,6 +317,24 @@ class TrainerLoop:
                     raise
                 log.warning("ack_retry", lease=lease, error=str(exc))
                 await asyncio.sleep(RETRY_DELAY_S)
+
+    def _skip_published_steps(self) -> None:
+        """Resumed from a checkpoint older than the newest published version: continue after it.
+
+        The rows of the steps since the checkpoint were acked and the versions they made are in the
+        explorers' hands, so those steps can be neither replayed (their rows are gone; explorers wait
+        for versions after the newest, which a replay would only reach with data they will not make
+        before they have them: a deadlock) nor re-numbered (a version number names one set of
+        weights). The trainer therefore numbers its next step after the newest published version; the
+        updates of the lost steps (at most save_interval - 1) are the price of the crash.
+        """
+        latest = int(getattr(self.sink, "latest_version", 0) or 0)
+        if latest > self.engine.step:
+            log.warning("steps_lost_in_crash", checkpoint_step=self.engine.step, latest_version=latest,
+                        lost_updates=latest - self.engine.step, next_step=latest + 1,
+                        hint="lower trainer.save_interval to lose fewer")
+            self.engine.step = latest
+            self.status.step = latest
 
     # ---- the lease journal ----------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import asyncio
 import json
 import pathlib
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from services.common.errors import NotFound, Unavailable
 from services.common.experience import Experience
 from services.trainer.build import build_engine
 from services.trainer.checkpoint import full_checkpoint_root, list_checkpoints
-from services.trainer.service import TrainerLoop, rows_of
+from services.trainer.service import NullSink, TrainerLoop, rows_of
 from tests.unit.trainer_fakes import experience
 
 
@@ -118,6 +119,25 @@ async def test_leases_of_a_killed_trainer_are_returned_at_restart(tmp_path: path
     lines = pathlib.Path(loop.progress_path).read_text().splitlines()
     assert rows_of(lines) == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]  # the returned rows
     assert json.loads(journal.read_text()) == []  # acked: nothing held any more
+
+
+async def test_resume_behind_the_newest_published_version_numbers_steps_after_it(tmp_path) -> None:
+    """Checkpoint at step 0, versions up to 5 published before the crash: the next step is 6."""
+
+    class Sink(NullSink):
+        latest_version = 5
+        steps: ClassVar[list[int]] = []
+
+        async def begin_step(self, step: int) -> None:
+            self.steps.append(step)
+
+    cfg = _cfg(tmp_path, total_steps=7)
+    built = build_engine(cfg, device="cpu")
+    loop = TrainerLoop(cfg, built.engine, built.tokenizer, FakeBuffer(rows=_fixed_rows(2)), sink=Sink())
+    await loop.run()
+    assert Sink.steps == [6, 7] and loop.engine.step == 7
+    lines = pathlib.Path(loop.progress_path).read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [6, 7]
 
 
 async def test_resume_gives_the_same_next_step_loss(tmp_path: pathlib.Path) -> None:
