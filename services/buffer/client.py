@@ -146,9 +146,21 @@ class BufferClient(ServiceClient):
         return int((await self._call("Nack", bpb.NackRequest(lease_id=lease_id))).returned)
 
     async def read_tasks(
-        self, taskset: str, batch_size: int, *, reader_id: str = "", rewind: bool = False
+        self,
+        taskset: str,
+        batch_size: int,
+        *,
+        reader_id: str = "",
+        rewind: bool = False,
+        repeat_last: bool = False,
     ) -> TaskBatch:
-        req = bpb.ReadTasksRequest(taskset=taskset, batch_size=batch_size, reader_id=reader_id, rewind=rewind)
+        req = bpb.ReadTasksRequest(
+            taskset=taskset,
+            batch_size=batch_size,
+            reader_id=reader_id,
+            rewind=rewind,
+            repeat_last=repeat_last,
+        )
         r = await self._call("ReadTasks", req, retry=False)
         return TaskBatch(
             [task_from_proto(t) for t in r.tasks], int(r.epoch), int(r.batch_index), r.end_of_data

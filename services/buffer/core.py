@@ -265,11 +265,19 @@ class BufferCore:
 
     # ---- tasks ---------------------------------------------------------------------------
     async def read_tasks(
-        self, name: str, batch_size: int, *, reader_id: str = "", rewind: bool = False
+        self,
+        name: str,
+        batch_size: int,
+        *,
+        reader_id: str = "",
+        rewind: bool = False,
+        repeat_last: bool = False,
     ) -> TaskBatch:
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
-        return await self.taskset(name).read_tasks(batch_size, reader_id=reader_id, rewind=rewind)
+        return await self.taskset(name).read_tasks(
+            batch_size, reader_id=reader_id, rewind=rewind, repeat_last=repeat_last
+        )
 
     async def report_feedback(self, name: str, feedback: list[tuple[str, float]]) -> None:
         await self.taskset(name).report_feedback(feedback)

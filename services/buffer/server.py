@@ -101,7 +101,11 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
 
     async def ReadTasks(self, request: bpb.ReadTasksRequest, context: Any) -> bpb.ReadTasksResponse:  # noqa: N802
         b = await self.core.read_tasks(
-            request.taskset, request.batch_size, reader_id=request.reader_id, rewind=request.rewind
+            request.taskset,
+            request.batch_size,
+            reader_id=request.reader_id,
+            rewind=request.rewind,
+            repeat_last=request.repeat_last,
         )
         response = bpb.ReadTasksResponse(epoch=b.epoch, batch_index=b.batch_index, end_of_data=b.end_of_data)
         for task in b.tasks:
@@ -156,7 +160,11 @@ class _BytesResponses:
         handlers = dict(handlers)
         for name in self.BYTES_OUT:
             h = handlers[name]
-            make = grpc.unary_stream_rpc_method_handler if h.response_streaming else grpc.unary_unary_rpc_method_handler
+            make = (
+                grpc.unary_stream_rpc_method_handler
+                if h.response_streaming
+                else grpc.unary_unary_rpc_method_handler
+            )
             behavior = h.unary_stream if h.response_streaming else h.unary_unary
             handlers[name] = make(behavior, h.request_deserializer, serialize)
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))

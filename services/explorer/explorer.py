@@ -1,8 +1,9 @@
 """The explorer's step loop (gRPC-free): read tasks, sync weights, roll out, process, write, report.
 
 One step:
-1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, so
-   a restarted explorer resumes at the next unread batch. Step = batch_index + 1.
+1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, and
+   a restarted explorer first asks for the last batch it was handed again (repeat_last), so a step
+   killed midway is redone, not lost. Step = batch_index + 1.
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
 3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
 4. Experience pipeline (filters, shaping, optional group advantages).
@@ -216,7 +217,12 @@ class Explorer:
         first = True
         while True:
             self.state = "reading_tasks"
-            batch = await self.buffer.read_tasks(self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name)
+            # The first read repeats the last batch this explorer was handed: a predecessor killed
+            # mid-step did not finish it (a finished one is written again with the same idempotency
+            # keys, which adds nothing).
+            batch = await self.buffer.read_tasks(
+                self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
+            )
             if batch.end_of_data and not batch.tasks:
                 break
             step = int(batch.batch_index) + 1

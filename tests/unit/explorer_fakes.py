@@ -13,16 +13,20 @@ class FakeBuffer:
     tasksets: dict[str, list[dict]]
     batch_size_override: int | None = None
     cursors: dict[tuple[str, str], int] = field(default_factory=dict)
+    previous: dict[tuple[str, str], int] = field(default_factory=dict)
     written: dict[str, list] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)
     feedback: list = field(default_factory=list)
     writers: dict[str, set] = field(default_factory=dict)
     closed: list = field(default_factory=list)
 
-    async def read_tasks(self, taskset, batch_size, reader_id="", rewind=False):
+    async def read_tasks(self, taskset, batch_size, reader_id="", rewind=False, repeat_last=False):
         key = (taskset, reader_id)
         if rewind:
             self.cursors[key] = 0
+        elif repeat_last and key in self.previous:
+            self.cursors[key] = self.previous[key]
+        self.previous[key] = self.cursors.get(key, 0)
         pos = self.cursors.get(key, 0)
         rows = self.tasksets[taskset]
         is_eval = taskset.startswith("eval")

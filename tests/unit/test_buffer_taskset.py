@@ -149,3 +149,30 @@ async def test_random_and_difficulty_based_selectors(tmp_path):
         await core.read_tasks("rnd", 5)  # larger than the training taskset
     assert err.value.field == "batch_size"
     await core.close()
+
+
+async def test_repeat_last_hands_a_restarted_reader_its_last_batch_again(tmp_path):
+    spec = BufferSpec(
+        "ts",
+        "taskset",
+        {
+            "path": write_jsonl(tmp_path / "t.jsonl", 12),
+            "task_selector": {"selector_type": "shuffle", "seed": 3},
+        },
+    )
+    core = await open_core(tmp_path, spec)
+    fresh = await core.read_tasks("ts", 4, reader_id="explorer", repeat_last=True)  # nothing to repeat yet
+    assert fresh.batch_index == 0
+    second = await core.read_tasks("ts", 4, reader_id="explorer")
+    await core.close()  # the reader dies before finishing batch 1; the buffer restarts too
+
+    core = await open_core(tmp_path, spec)
+    again = await core.read_tasks("ts", 4, reader_id="explorer", repeat_last=True)
+    assert (again.batch_index, ids(again)) == (second.batch_index, ids(second)) == (1, ids(second))
+    # repeating does not move the cursor past the batch after it, nor count tasks twice
+    after = await core.read_tasks("ts", 4, reader_id="explorer")
+    assert after.batch_index == 2 and sorted(ids(fresh) + ids(second) + ids(after)) == list(range(12))
+    assert core.taskset("ts").stats()["read"] == 12
+    other = await core.read_tasks("ts", 4, reader_id="other", repeat_last=True)  # per reader
+    assert other.batch_index == 0
+    await core.close()

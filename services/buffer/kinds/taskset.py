@@ -34,6 +34,8 @@ from services.buffer.types import TaskBatch
 from services.common.errors import InvalidArgument
 from services.common.experience import Task
 
+PREVIOUS = "#previous"  # cursors-table key suffix of a reader's cursor before its last batch
+
 
 @dataclass
 class Cursor:
@@ -77,6 +79,7 @@ class TasksetBuffer:
         self.task_ids = [str(r.get("task_id", r.get("id", i))) for i, r in enumerate(rows)]
         self.index_of = {tid: i for i, tid in enumerate(self.task_ids)}
         self.cursors: dict[str, Cursor] = {}
+        self.previous: dict[str, Cursor] = {}  # each reader's cursor before its last batch (repeat_last)
         self.pass_rates: dict[int, float] = {}
         self._lock = asyncio.Lock()  # one batch at a time, so two calls never get the same batch
 
@@ -89,7 +92,9 @@ class TasksetBuffer:
             fb = {r.task_id: r.pass_rate for r in (await conn.execute(select(s.feedback))).all()}
             return cur, fb
 
-        self.cursors, fb = await self.db.read(q)
+        cursors, fb = await self.db.read(q)
+        self.cursors = {k: c for k, c in cursors.items() if not k.endswith(PREVIOUS)}
+        self.previous = {k.removesuffix(PREVIOUS): c for k, c in cursors.items() if k.endswith(PREVIOUS)}
         self.pass_rates = {self.index_of[t]: rate for t, rate in fb.items() if t in self.index_of}
 
     # ---- order ---------------------------------------------------------------------------
@@ -143,7 +148,9 @@ class TasksetBuffer:
         )
 
     # ---- API -----------------------------------------------------------------------------
-    async def read_tasks(self, batch_size: int, *, reader_id: str = "", rewind: bool = False) -> TaskBatch:
+    async def read_tasks(
+        self, batch_size: int, *, reader_id: str = "", rewind: bool = False, repeat_last: bool = False
+    ) -> TaskBatch:
         if not self.cfg.is_eval and batch_size > len(self.rows):
             raise InvalidArgument(
                 f"batch_size {batch_size} exceeds the {len(self.rows)} tasks of training taskset {self.name!r} "
@@ -151,23 +158,35 @@ class TasksetBuffer:
                 field="batch_size",
             )
         async with self._lock:
-            return await self._read_locked(batch_size, reader_id, rewind)
+            return await self._read_locked(batch_size, reader_id, rewind, repeat_last)
 
-    async def _read_locked(self, batch_size: int, reader_id: str, rewind: bool) -> TaskBatch:
-        cur = Cursor() if rewind else self.cursors.get(reader_id, Cursor())
+    async def _read_locked(
+        self, batch_size: int, reader_id: str, rewind: bool, repeat_last: bool
+    ) -> TaskBatch:
+        if rewind:
+            cur = Cursor()
+        elif repeat_last and reader_id in self.previous:
+            cur = self.previous[reader_id]
+        else:
+            cur = self.cursors.get(reader_id, Cursor())
         step = self._advance(cur, batch_size)
         if step is None:
             return TaskBatch([], cur.epoch, cur.batch_index, True)
         nxt, indices = step
 
         async def op(conn: AsyncConnection) -> None:
-            values = dict(
-                epoch=nxt.epoch, offset=nxt.offset, batch_index=nxt.batch_index, tasks_read=nxt.tasks_read
-            )
-            stmt = sqlite_insert(s.cursors).values(reader_id=reader_id, **values)
-            await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
+            for rid, c in ((reader_id, nxt), (reader_id + PREVIOUS, cur)):
+                values = dict(
+                    epoch=c.epoch, offset=c.offset, batch_index=c.batch_index, tasks_read=c.tasks_read
+                )
+                stmt = sqlite_insert(s.cursors).values(reader_id=rid, **values)
+                await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
 
-        await self.db.write(op, lambda _: self.cursors.__setitem__(reader_id, nxt))
+        def after(_: None) -> None:
+            self.cursors[reader_id] = nxt
+            self.previous[reader_id] = cur
+
+        await self.db.write(op, after)
         return TaskBatch([self._task(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
 
     async def report_feedback(self, feedback: list[tuple[str, float]]) -> None:

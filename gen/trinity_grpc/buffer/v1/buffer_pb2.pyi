@@ -423,6 +423,7 @@ class ReadTasksRequest(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
     READER_ID_FIELD_NUMBER: _builtins.int
     REWIND_FIELD_NUMBER: _builtins.int
+    REPEAT_LAST_FIELD_NUMBER: _builtins.int
     taskset: _builtins.str
     """Taskset name."""
     batch_size: _builtins.int
@@ -433,6 +434,11 @@ class ReadTasksRequest(_message.Message):
     """Reader identity (explorer name); each reader of a taskset has its own cursor."""
     rewind: _builtins.bool
     """Restart the cursor at the first batch (used to run an eval taskset again)."""
+    repeat_last: _builtins.bool
+    """Hand this reader the batch it was last handed again (same tasks, same batch_index) instead
+    of the next one; a reader that was never handed one gets the next batch. A restarted explorer
+    asks for it first, so a step it may not have finished is not lost (its writes are idempotent).
+    """
     def __init__(
         self,
         *,
@@ -440,10 +446,11 @@ class ReadTasksRequest(_message.Message):
         batch_size: _builtins.int = ...,
         reader_id: _builtins.str = ...,
         rewind: _builtins.bool = ...,
+        repeat_last: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "reader_id", b"reader_id", "rewind", b"rewind", "taskset", b"taskset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "reader_id", b"reader_id", "repeat_last", b"repeat_last", "rewind", b"rewind", "taskset", b"taskset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
