@@ -94,7 +94,12 @@ def watch_parent(interval_s: float = 1.0) -> None:
     def watch() -> None:
         while os.getppid() == int(expected):
             time.sleep(interval_s)
-        get_logger("entry").warning("parent_gone", parent_pid=int(expected), action="stopping")
+        # Our stdout/stderr were pipes to the dead runner: writing to them now raises BrokenPipeError
+        # (a shutdown that logs would fail midway), so they go to /dev/null from here on.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

@@ -46,6 +46,24 @@ class SynchronizerSink:
         log.info("version_published", version=step, seconds=round(time.perf_counter() - t0, 3))
         return True
 
+    async def publish_resumed(self, step: int, engine: Any) -> bool:
+        """Publish the resumed weights as version `step` when the ledger has no version that new.
+
+        The synchronizer's ledger lives in memory: after a restart of the whole run it knows no
+        version, and explorers resuming at step `step + 1` wait for version `step`, which the plan
+        would only publish after data they have not made yet. The checkpoint's weights are that
+        version, so they are published once, at start.
+        """
+        if step <= self.latest_version:
+            return False
+        state = await asyncio.to_thread(engine.full_model_state)
+        model = engine.model
+        config = model.config.to_dict() if hasattr(model, "config") else None
+        await self.publisher.publish(state, step, config=config)
+        self.latest_version = step
+        log.info("resumed_version_published", version=step)
+        return True
+
     async def close(self) -> None:
         await self.client.close()
 

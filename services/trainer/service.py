@@ -161,6 +161,9 @@ class TrainerLoop:
                  algorithm=self.engine.algorithm.name)
         await self._release_previous_leases()
         self._skip_published_steps()
+        if self.engine.step > 0 and hasattr(self.sink, "publish_resumed"):
+            if await self.sink.publish_resumed(self.engine.step, self.engine):
+                self.status.model_version = self.engine.step
         try:
             while not self._finished():
                 step = self.engine.step + 1

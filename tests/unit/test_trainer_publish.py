@@ -49,3 +49,17 @@ async def test_publishes_full_weights_when_the_plan_says_and_skips_versions_alre
     assert publisher.published == [(6, n_tensors, "gpt2")]
     assert sync.calls[:2] == ["begin 1", "end 1"] and sync.calls[-1] == "close"
     assert sink.latest_version == 6
+
+
+async def test_resumed_weights_are_published_once_when_the_ledger_lacks_them() -> None:
+    """A whole-run restart: the synchronizer's ledger is empty, the trainer resumed at step 22."""
+    from services.trainer.engine import EngineSettings, TrainEngine
+
+    engine = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings())
+    publisher = FakePublisher()
+    fresh = SynchronizerSink(FakeSync(publish_at=set()), publisher, latest_version=0)
+    assert await fresh.publish_resumed(22, engine) is True
+    assert await fresh.publish_resumed(22, engine) is False  # once
+    known = SynchronizerSink(FakeSync(publish_at=set()), publisher, latest_version=22)
+    assert await known.publish_resumed(22, engine) is False  # the ledger has it already
+    assert [p[0] for p in publisher.published] == [22] and fresh.latest_version == 22
