@@ -24,10 +24,11 @@ def should_forward(line: str, verbose: bool) -> bool:
     if verbose or not line.startswith("{"):
         return True
     try:
-        event = json.loads(line).get("event", "")
+        record = json.loads(line)
     except ValueError:
         return True
-    return event not in CHATTY_EVENTS
+    event = record.get("event", "") if isinstance(record, dict) else ""
+    return not isinstance(event, str) or event not in CHATTY_EVENTS
 
 
 _HIDDEN_KEYS = frozenset({"event", "timestamp", "logger", "service", "level", "request_id"})
@@ -41,7 +42,9 @@ def render_line(line: str) -> str:
         record = json.loads(line)
     except ValueError:
         return line
-    level = record.get("level", "info")
+    if not isinstance(record, dict):
+        return line
+    level = str(record.get("level", "info"))
     fields = " ".join(f"{k}={_short(v)}" for k, v in record.items() if k not in _HIDDEN_KEYS)
     text = f"{record.get('event', '')} {fields}".rstrip()
     return text if level == "info" else f"{level.upper()} {text}"

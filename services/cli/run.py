@@ -95,7 +95,8 @@ def preflight(cfg: TrinityConfig) -> None:
             build_algorithm(stage.algorithm)
         except TrinityError as exc:
             where = f"stages[{index}] ({cfg.stages[index].stage_name}): " if cfg.stages else ""
-            raise ConfigError(f"{where}{exc}", field=exc.field) from exc
+            field = f"stages[{index}].{exc.field}" if cfg.stages and exc.field else exc.field
+            raise ConfigError(f"{where}{exc}", field=field) from exc
 
 
 def prepare_data(cfg: TrinityConfig) -> None:
@@ -330,7 +331,7 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
     previous: TrinityConfig | None = None
     for index, stage in enumerate(cfg.stage_configs):
         label = cfg.stages[index].stage_name if cfg.stages else cfg.name
-        user_model = bool(cfg.stages and cfg.stages[index].model)
+        user_model = bool(cfg.stages and "model_path" in (cfg.stages[index].model or {}))
         stage = resolve_ports(st.chain_model(stage, previous, user_model))
         previous = stage
         entry = st.stage_entry(summary, label)

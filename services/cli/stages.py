@@ -49,23 +49,40 @@ def final_model_dir(stage: TrinityConfig) -> str | None:
 
 
 def chain_model(stage: TrinityConfig, previous: TrinityConfig | None, user_set_model: bool) -> TrinityConfig:
-    """Start `stage` from the previous stage's final weights unless the stage sets `model:` itself."""
+    """Start `stage` from the previous stage's final weights unless the stage sets `model.model_path`.
+
+    A previous stage that trained nothing (bench, explore) passes on the weights it started from.
+    """
     if previous is None or user_set_model:
         return stage
     path = final_model_dir(previous)
     if path is None:
-        return stage
+        if previous.model.model_path == stage.model.model_path:
+            return stage
+        path = previous.model.model_path
+        model = stage.model.model_copy(update={"model_path": path, "tokenizer_path": previous.model.tokenizer_path})
+        return stage.model_copy(update={"model": model})
     model = stage.model.model_copy(update={"model_path": path, "tokenizer_path": None})
     return stage.model_copy(update={"model": model})
 
 
-def eval_records(stage: TrinityConfig) -> list[dict[str, Any]]:
-    path = os.path.join(stage.run_dir, "eval", "results.jsonl")
+def _json_lines(path: str) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; a line a killed writer left half-written is skipped."""
+    records = []
     try:
         with open(path) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+            for line in fh:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue
     except OSError:
         return []
+    return [r for r in records if isinstance(r, dict)]
+
+
+def eval_records(stage: TrinityConfig) -> list[dict[str, Any]]:
+    return _json_lines(os.path.join(stage.run_dir, "eval", "results.jsonl"))
 
 
 def main_first(scores: dict[str, float]) -> dict[str, float]:
@@ -79,16 +96,10 @@ def trained_rows(stage: TrinityConfig) -> tuple[int, int, list[float]]:
     """(steps, rows trained, reward mean per step) from the trainer's progress.jsonl."""
     path = os.path.join(stage.run_dir, "trainer", "progress.jsonl")
     steps, rows, rewards = 0, 0, []
-    try:
-        with open(path) as fh:
-            for line in fh:
-                if line.strip():
-                    record = json.loads(line)
-                    steps = max(steps, int(record["step"]))
-                    rows += len(record["rows"])
-                    rewards.append(float(record["metrics"].get("critic/rewards/mean", float("nan"))))
-    except OSError:
-        pass
+    for record in _json_lines(path):
+        steps = max(steps, int(record["step"]))
+        rows += len(record["rows"])
+        rewards.append(float(record["metrics"].get("critic/rewards/mean", float("nan"))))
     return steps, rows, rewards
 
 

@@ -185,3 +185,10 @@ async def test_poll_skips_services_that_do_not_answer_and_keeps_the_last_good_in
     down.add("trainer")
     assert await reporter.poll() == {}
     assert reporter.last is second  # nothing answered: the last infos stay
+
+
+def test_json_that_is_not_our_log_shape_is_rendered_without_crashing_the_pump() -> None:
+    assert render_line('{"event": "x", "level": 30}') == "30 x"
+    assert render_line("[1, 2]") == "[1, 2]"
+    assert should_forward('{"event": ["x"]}', False) is True
+    assert should_forward("[1, 2]", False) is True

@@ -255,7 +255,7 @@ def test_preflight_names_the_stage_whose_algorithm_rejects_its_args(make_cfg: Ma
     message = str(caught.value)
     assert message.startswith("stages[0] (warmup): ")
     assert "std_threshold" in message
-    assert caught.value.field == "algorithm.advantage_fn_args"
+    assert caught.value.field == "stages[0].algorithm.advantage_fn_args"
 
 
 def test_preflight_checks_later_stages_too(make_cfg: MakeConfig) -> None:

@@ -139,6 +139,33 @@ def test_without_a_previous_checkpoint_the_stage_keeps_its_model(two_stages: Tri
     assert st.final_model_dir(previous) is None
 
 
+def test_a_stage_after_one_that_trained_nothing_starts_from_what_that_one_started_from(
+    two_stages: TrinityConfig,
+) -> None:
+    """sft -> bench -> grpo: the bench stage has no checkpoint; grpo still gets sft's weights."""
+    sft, later = two_stages.stage_configs
+    bench = st.chain_model(later, sft, user_set_model=False)  # sft has no checkpoint yet: unchanged
+    assert bench is later
+    write_checkpoint(sft.run_dir, 8)
+    bench = st.chain_model(later, sft, user_set_model=False)
+    grpo = st.chain_model(later, bench, user_set_model=False)  # bench wrote no checkpoint
+    assert grpo.model.model_path == bench.model.model_path == st.final_model_dir(sft)
+
+
+def test_half_written_last_lines_are_skipped(two_stages: TrinityConfig) -> None:
+    stage = two_stages.stage_configs[1]
+    progress = pathlib.Path(stage.run_dir) / "trainer" / "progress.jsonl"
+    write_jsonl(progress, [{"step": 1, "metrics": {}, "rows": ["a", "b"]}])
+    with open(progress, "a") as fh:
+        fh.write('{"step": 2, "metr')  # the trainer was killed mid-write
+    assert st.trained_rows(stage)[:2] == (1, 2)
+    results = pathlib.Path(stage.run_dir) / "eval" / "results.jsonl"
+    write_jsonl(results, [{"step": 0, "scores": {"a": 1.0}}])
+    with open(results, "a") as fh:
+        fh.write('{"step": 5, "sc')
+    assert st.eval_records(stage) == [{"step": 0, "scores": {"a": 1.0}}]
+
+
 # ---- eval records --------------------------------------------------------------------------------
 
 
