@@ -151,3 +151,18 @@ def test_countdown_prepared_taskset_is_scored_by_countdown_reward(
 
     with pytest.raises(ValueError, match="no training rows"):
         prep.prepare(str(raw), str(tmp_path / "x"), test_size=3)
+
+
+def test_the_demo_example_is_the_embedded_default() -> None:
+    packaged = REPO / "services" / "common" / "config" / "default.yaml"
+    assert (REPO / "examples" / "demo" / "config.yaml").read_text() == packaged.read_text()
+    cfg = load_config(packaged)
+    assert [s.stage_name for s in cfg.stages] == ["sft", "grpo"]
+    sft, grpo = cfg.stage_configs
+    assert (sft.mode, sft.algorithm.algorithm_type, grpo.mode, grpo.algorithm.algorithm_type) == (
+        "train",
+        "sft",
+        "both",
+        "grpo",
+    )
+    assert grpo.buffer.explorer_input.eval_tasksets and grpo.synchronizer.sync_method == "checkpoint"
