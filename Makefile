@@ -43,6 +43,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	mkdir -p benchmarks/results
+	# TRL (benchmarks/e2e.py's baseline) goes into the venv for benchmarks only, never changing a pinned package.
+	$(BIN)/pip freeze --exclude-editable > $(VENV)/bench-constraints.txt
+	$(BIN)/pip install -q -c $(VENV)/bench-constraints.txt trl
 	@for script in benchmarks/*.py; do \
 		echo "== $$script"; $(BIN)/python $$script || exit $$?; \
 	done

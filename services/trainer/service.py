@@ -6,9 +6,8 @@ Ordering is the crash-safety contract:
   3. the leases are acked — from now on the buffer never hands those rows out again;
   4. the new weights are published when the sync plan says so;
   5. every `save_interval` steps (and at the end) a full checkpoint is written atomically.
-A SIGKILL between 1 and 3 leaves the rows leased: the lease ids are journaled in
-`<run dir>/trainer/leases-<name>.json` while held, and the restarted trainer nacks them first, so
-the buffer hands the rows out again at once instead of after `buffer.lease_s` (they were never
+A SIGKILL between 1 and 3 leaves the rows leased: the restarted trainer nacks them first (leases.py),
+so the buffer hands them out again at once instead of after `buffer.lease_s` (they were never
 acked, and the weights that saw them were never saved). A SIGKILL after 3 loses the optimizer
 steps since the last checkpoint, but never re-trains acked rows: the restarted trainer resumes the
 weights, optimizer, schedule and step of the latest checkpoint, numbers its next step after the
@@ -34,6 +33,7 @@ from services.trainer.algorithms.api import ReadRequest
 from services.trainer.batching import build_batch, untrainable_reason
 from services.trainer.checkpoint import DataCursor, TrainerState, full_checkpoint_root, save_checkpoint
 from services.trainer.engine import TrainEngine
+from services.trainer.leases import LeaseJournal
 
 log = get_logger("trainer")
 RETRY_DELAY_S = 1.0
@@ -132,8 +132,7 @@ class TrainerLoop:
         self.status = Status(step=engine.step, model_version=state.model_version if state else 0)
         self.checkpoint_root = full_checkpoint_root(cfg.run_dir)
         self.progress_path = os.path.join(cfg.run_dir, "trainer", "progress.jsonl")
-        self.leases_path = os.path.join(cfg.run_dir, "trainer", f"leases-{cfg.trainer.name}.json")
-        self._held: list[str] = []
+        self.leases = LeaseJournal(cfg.run_dir, cfg.trainer.name)
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()  # one of: a training step, a checkpoint save
         self._saved_step = engine.step if state else -1
@@ -159,7 +158,7 @@ class TrainerLoop:
     async def run(self) -> None:
         log.info("trainer_started", step=self.engine.step, total_steps=self.total_steps,
                  algorithm=self.engine.algorithm.name)
-        await self._release_previous_leases()
+        await self.leases.return_previous(self.source)
         self._skip_published_steps()
         if self.engine.step > 0 and hasattr(self.sink, "publish_resumed"):
             if await self.sink.publish_resumed(self.engine.step, self.engine):
@@ -250,7 +249,7 @@ class TrainerLoop:
             if not await self._read_request(request, got):
                 for lease in got.leases:
                     await self.source.nack(lease)
-                    self._release(lease)
+                    self.leases.release(lease)
                 return None
         return got
 
@@ -286,7 +285,7 @@ class TrainerLoop:
                 continue
             if result.lease_id and result.experiences:
                 got.leases.append(result.lease_id)
-                self._hold(result.lease_id)
+                self.leases.hold(result.lease_id)
             got.experiences.extend(result.experiences)
             got.is_expert.extend([request.is_expert] * len(result.experiences))
             have += len(result.experiences)
@@ -309,11 +308,11 @@ class TrainerLoop:
         while True:
             try:
                 await self.source.ack(lease)
-                self._release(lease)
+                self.leases.release(lease)
                 return
             except (errors.NotFound, errors.FailedPrecondition) as exc:
                 log.warning("lease_lost_before_ack", lease=lease, error=str(exc), hint="raise buffer.lease_s")
-                self._release(lease)
+                self.leases.release(lease)
                 return
             except (errors.Unavailable, errors.DeadlineExceeded) as exc:
                 if time.monotonic() > deadline:
@@ -338,45 +337,6 @@ class TrainerLoop:
                         hint="lower trainer.save_interval to lose fewer")
             self.engine.step = latest
             self.status.step = latest
-
-    # ---- the lease journal ----------------------------------------------------------------------
-
-    def _write_held(self) -> None:
-        os.makedirs(os.path.dirname(self.leases_path), exist_ok=True)
-        tmp = self.leases_path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(self._held, fh)
-        os.replace(tmp, self.leases_path)
-
-    def _hold(self, lease: str) -> None:
-        self._held.append(lease)
-        self._write_held()
-
-    def _release(self, lease: str) -> None:
-        if lease in self._held:
-            self._held.remove(lease)
-            self._write_held()
-
-    def _read_held(self) -> list[str]:
-        try:
-            with open(self.leases_path) as fh:
-                return [str(x) for x in json.load(fh)]
-        except (OSError, ValueError):
-            return []
-
-    async def _release_previous_leases(self) -> None:
-        """Nack the leases a previous run of this trainer held when it died (see the module docstring)."""
-        previous = self._read_held()
-        if not previous:
-            return
-        for lease in previous:
-            try:
-                returned = await self.source.nack(lease)
-                log.info("previous_lease_returned", lease=lease, rows=returned)
-            except errors.TrinityError as exc:  # expired or acked meanwhile: nothing to give back
-                log.info("previous_lease_gone", lease=lease, error=str(exc))
-        self._held = []
-        self._write_held()
 
     # ---- bookkeeping ----------------------------------------------------------------------------
 

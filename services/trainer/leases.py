@@ -1,0 +1,62 @@
+"""The trainer's journal of the buffer leases it holds, so a restarted trainer can give them back.
+
+A trainer killed between Read and Ack leaves its rows leased in the buffer until `buffer.lease_s`
+passes. The journal (`<run dir>/trainer/leases-<name>.json`, rewritten atomically on every change)
+lists the leases held right now; the next trainer of the same name nacks them before its first
+read, so the rows are readable again at once. Leases the buffer no longer knows (acked or expired
+meanwhile) are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from services.common import errors
+from services.common.logging import get_logger
+
+log = get_logger("trainer.leases")
+
+
+class LeaseJournal:
+    def __init__(self, run_dir: str, trainer_name: str) -> None:
+        self.path = os.path.join(run_dir, "trainer", f"leases-{trainer_name}.json")
+        self.held: list[str] = []
+
+    def hold(self, lease: str) -> None:
+        self.held.append(lease)
+        self._write()
+
+    def release(self, lease: str) -> None:
+        if lease in self.held:
+            self.held.remove(lease)
+            self._write()
+
+    async def return_previous(self, source: Any) -> int:
+        """Nack what a previous trainer held when it died; returns the number of leases given back."""
+        returned = 0
+        for lease in self._read():
+            try:
+                rows = await source.nack(lease)
+                returned += 1
+                log.info("previous_lease_returned", lease=lease, rows=rows)
+            except errors.TrinityError as exc:  # acked or expired meanwhile: nothing to give back
+                log.info("previous_lease_gone", lease=lease, error=str(exc))
+        self.held = []
+        self._write()
+        return returned
+
+    def _read(self) -> list[str]:
+        try:
+            with open(self.path) as fh:
+                return [str(x) for x in json.load(fh)]
+        except (OSError, ValueError):
+            return []
+
+    def _write(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.held, fh)
+        os.replace(tmp, self.path)
