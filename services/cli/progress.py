@@ -84,8 +84,10 @@ def progress_line(elapsed: float, infos: dict[str, Any]) -> str:
             f"{_fmt(s.get('tokens_per_s', 0.0))} tok/s"
         )
     if trainer is not None and explorer is not None:
-        staleness = explorer.stats.get("model_version", 0) - trainer.stats.get("model_version", 0)
-        parts.append(f"version lag {int(-staleness)}")
+        # versions the explorer's weights are behind the trainer's (the two are polled apart, so a
+        # momentarily newer explorer reads as 0, not as a negative lag)
+        lag = trainer.stats.get("model_version", 0) - explorer.stats.get("model_version", 0)
+        parts.append(f"version lag {max(0, int(lag))}")
     return " | ".join(parts)
 
 

@@ -133,6 +133,14 @@ def test_progress_line_with_trainer_and_explorer() -> None:
     )
 
 
+def test_an_explorer_polled_after_a_newer_version_shows_no_negative_lag() -> None:
+    infos = {
+        "trainer": Info("reading", {"model_version": 5}),
+        "explorer": Info("exploring", {"model_version": 9}),
+    }
+    assert progress_line(1.0, infos).endswith(" | version lag 0")
+
+
 def test_progress_line_of_one_worker_has_no_version_lag() -> None:
     line = progress_line(5.0, {"trainer": Info("training", {"step": 1, "loss": 1.5, "model_version": 1})})
     assert line == "    5s | trainer training step 1 loss 1.5 v1 0 tok/s"
