@@ -38,13 +38,16 @@ class SynchronizerSink:
                         reason="a newer version was published before this trainer restarted")
             return False
         t0 = time.perf_counter()
+        await self._publish(step, engine)
+        log.info("version_published", version=step, seconds=round(time.perf_counter() - t0, 3))
+        return True
+
+    async def _publish(self, step: int, engine: Any) -> None:
         state = await asyncio.to_thread(engine.full_model_state)  # a collective under FSDP
         model = engine.model
         config = model.config.to_dict() if hasattr(model, "config") else None
         await self.publisher.publish(state, step, config=config)
         self.latest_version = step
-        log.info("version_published", version=step, seconds=round(time.perf_counter() - t0, 3))
-        return True
 
     async def publish_resumed(self, step: int, engine: Any) -> bool:
         """Publish the resumed weights as version `step` when the ledger has no version that new.
@@ -56,11 +59,7 @@ class SynchronizerSink:
         """
         if step <= self.latest_version:
             return False
-        state = await asyncio.to_thread(engine.full_model_state)
-        model = engine.model
-        config = model.config.to_dict() if hasattr(model, "config") else None
-        await self.publisher.publish(state, step, config=config)
-        self.latest_version = step
+        await self._publish(step, engine)
         log.info("resumed_version_published", version=step)
         return True
 
