@@ -1,0 +1,227 @@
+"""`trinity run` end to end through the real CLI: four service processes, real SQLite, real torch.
+
+1. The embedded demo, shortened (SFT 250 steps, GRPO 60): the stages chain, the eval runs before
+   and after each stage, the reward of the training batches rises under GRPO, and every experience
+   the explorer wrote was trained on or is still buffered.
+2. Faults: the trainer and the explorer are SIGKILLed mid-run (the runner restarts them), then the
+   runner itself is SIGKILLed (its children stop on their own) and the same command is run again:
+   the run finishes, the step count continues (never back, up to total_steps), no acked row is
+   trained twice, and the summary is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+import yaml
+
+from services.models.arith import ArithSpec, generate, write_jsonl
+from tests.conftest import REPO, TRINITY
+
+pytestmark = pytest.mark.slow
+DEFAULT = REPO / "services" / "common" / "config" / "default.yaml"
+PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
+
+
+def progress(run_dir: pathlib.Path) -> list[dict]:
+    path = run_dir / "trainer" / "progress.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def child_pids(marker: str, service: str) -> list[int]:
+    """PIDs of `python -m services.<service>` processes whose command line mentions `marker`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if f"services.{service}" in words and any(marker in w for w in words):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_all(marker: str) -> None:
+    for service in ("buffer", "synchronizer", "trainer", "explorer"):
+        for pid in child_pids(marker, service):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(what: str, predicate: Callable[[], bool], proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"trinity run exited ({proc.returncode}) while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def start_run(config: pathlib.Path, log: pathlib.Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(TRINITY), "run", "--config", str(config)],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        cwd=config.parent,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen, log: pathlib.Path, timeout: float) -> str:
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        raise AssertionError(
+            f"trinity run did not finish in {timeout}s:\n{log.read_text()[-4000:]}"
+        ) from None
+    out = log.read_text()
+    assert code == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.timeout(900)
+def test_demo_shortened_through_the_cli(tmp_path: pathlib.Path) -> None:
+    cfg = yaml.safe_load(DEFAULT.read_text())
+    cfg["checkpoint_root_dir"] = str(tmp_path / "runs")
+    cfg["services"] = {**PORTS, "shutdown_grace_s": 3}
+    cfg["stages"][0]["buffer"]["total_steps"] = 250
+    cfg["buffer"]["total_steps"] = 60
+    cfg["explorer"]["eval_interval"] = 1000
+    config = tmp_path / "demo.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    log = tmp_path / "run.log"
+
+    out = finish(start_run(config, log), log, timeout=600)
+
+    run_dir = tmp_path / "runs" / "trinity-grpc" / "demo"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    sft, grpo = summary["stages"]
+    assert [sft["name"], grpo["name"]] == ["sft", "grpo"]
+    key = "eval/eval/accuracy/mean@1"
+    assert next(iter(sft["eval"]["start"])) == key  # main score first
+    assert sft["eval"]["start"][key] == 0.0  # the untrained model cannot add
+    assert sft["eval"]["end"][key] == grpo["eval"]["start"][key]  # grpo starts from sft's weights
+    assert sft["steps"] == 250 and sft["experiences"]["trained"] == 250 * 128
+    assert grpo["steps"] == 60
+    exp = grpo["experiences"]
+    assert exp["written"] == 60 * 32 * 8
+    assert exp["written"] == exp["trained"] + exp["buffered"], exp  # none lost
+    assert exp["buffered"] == 0  # the trainer consumed all of it
+    # the reward of the training batches (the explorer's rollouts) rises under GRPO
+    rewards = [row["metrics"]["critic/rewards/mean"] for row in progress(run_dir / "grpo")]
+    assert len(rewards) == 60
+    first, last = sum(rewards[:15]) / 15, sum(rewards[-15:]) / 15
+    assert last > first + 0.05, (first, last, rewards)
+    # the display and the artefacts a user is told about
+    assert "eval start: " + key in out and "eval end: " + key in out
+    assert "stage           steps" in out and f"summary: {run_dir / 'summary.json'}" in out
+    assert f"TensorBoard: tensorboard --logdir {run_dir}" in out
+    for stage, services in (("sft", ["trainer"]), ("grpo", ["trainer", "explorer"])):
+        for service in services:
+            assert list((run_dir / stage / "monitor" / "tensorboard" / service).glob("events.out.tfevents.*"))
+    assert (tmp_path / "runs" / "trinity-grpc" / "demo_data" / "rl.jsonl").exists()
+
+
+@pytest.mark.timeout(900)
+def test_killed_services_and_runner_continue_the_run(tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "tasks.jsonl"
+    write_jsonl(generate(ArithSpec(digits=2), 1000, seed=5), data)
+    taskset = {
+        "name": "tasks",
+        "storage_type": "file",
+        "path": str(data),
+        "format": {"prompt_key": "question", "response_key": "answer"},
+        "rollout_args": {"temperature": 1.0, "max_tokens": 4},
+        "default_workflow_type": "arith_workflow",
+    }
+    cfg = {
+        "project": "faults",
+        "name": "run",
+        "checkpoint_root_dir": str(tmp_path / "runs"),
+        "model": {"model_path": "builtin:tiny-arith", "max_prompt_tokens": 8, "max_response_tokens": 4},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": 4},
+        "buffer": {
+            "batch_size": 8,
+            "total_steps": 40,
+            "explorer_input": {"taskset": taskset},
+            "trainer_input": {"experience_buffer": {"name": "experiences", "storage_type": "queue"}},
+        },
+        "explorer": {"eval_on_startup": False},
+        "synchronizer": {"sync_method": "checkpoint", "sync_interval": 1},
+        "trainer": {"save_interval": 5, "micro_batch_size": 32},
+        "services": {**PORTS, "shutdown_grace_s": 3},
+    }
+    config = tmp_path / "faults.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run_dir = tmp_path / "runs" / "faults" / "run"
+    log = tmp_path / "run.log"
+    marker = str(run_dir)
+    steps = lambda: [row["step"] for row in progress(run_dir)]  # noqa: E731
+
+    procs: list[subprocess.Popen] = []
+    try:
+        proc = start_run(config, log)
+        procs.append(proc)
+        wait_for("trainer step 8", lambda: len(steps()) >= 8, proc, 240)
+        [trainer] = child_pids(marker, "trainer")
+        os.kill(trainer, signal.SIGKILL)
+        wait_for(
+            "the trainer's restart",
+            lambda: "trainer exited with code -9; restarting it" in log.read_text(),
+            proc,
+            30,
+        )
+        wait_for("8 more steps", lambda: len(steps()) >= 16, proc, 240)
+        [explorer] = child_pids(marker, "explorer")
+        os.kill(explorer, signal.SIGKILL)
+        wait_for(
+            "the explorer's restart",
+            lambda: "explorer exited with code -9; restarting it" in log.read_text(),
+            proc,
+            30,
+        )
+        wait_for("4 more steps", lambda: len(steps()) >= 20, proc, 240)
+        os.kill(proc.pid, signal.SIGKILL)  # the runner itself: its children notice and stop
+        proc.wait(10)
+        deadline = time.monotonic() + 60
+        while any(child_pids(marker, s) for s in ("buffer", "synchronizer", "trainer", "explorer")):
+            assert time.monotonic() < deadline, "services outlived their killed runner"
+            time.sleep(0.5)
+        before = steps()
+        assert before[-1] < 40
+
+        procs.append(start_run(config, log))  # the same command again
+        out = finish(procs[-1], log, timeout=400)
+
+    finally:  # a failed assertion must not leave services running
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        kill_all(marker)
+    rows = progress(run_dir)
+    sequence = [row["step"] for row in rows]
+    # the count continues across every restart: never back, never from 1 again, up to total_steps
+    assert sequence[0] == 1 and sequence[-1] == 40, sequence
+    assert all(b > a for a, b in zip(sequence, sequence[1:], strict=False)), sequence
+    assert len(sequence) >= 38, sequence  # a kill between publish and log may hide one step's line
+    trained = [rid for row in rows for rid in row["rows"]]
+    assert len(trained) == len(set(trained)), "an acked row was trained twice"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [stage] = summary["stages"]
+    assert stage["status"] == "complete" and stage["steps"] == 40
+    assert stage["experiences"]["written"] >= stage["experiences"]["trained"] > 0
+    assert "stage 1/1" in out and "summary: " in out
