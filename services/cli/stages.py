@@ -119,4 +119,14 @@ def format_table(summary: dict[str, Any]) -> str:
     main = next((k for st in summary["stages"] for k in st["eval"].get("end", {})), "")
     if main:
         lines.append(f"(eval columns: {main})")
+        lines.append(eval_chain(summary, main))
     return "\n".join(lines)
+
+
+def eval_chain(summary: dict[str, Any], key: str) -> str:
+    """`<key>: start 0.000 -> sft 0.080 -> grpo 0.781`: the score at the start and after each stage."""
+    stages = summary["stages"]
+    first = stages[0]["eval"].get("start", {}) if stages else {}
+    parts = [f"start {first[key]:.3f}"] if key in first else []
+    parts += [f"{st['name']} {st['eval']['end'][key]:.3f}" for st in stages if key in st["eval"].get("end", {})]
+    return f"{key}: {' -> '.join(parts)}"

@@ -128,6 +128,8 @@ def test_demo_shortened_through_the_cli(tmp_path: pathlib.Path) -> None:
     assert last > first + 0.05, (first, last, rewards)
     # the display and the artefacts a user is told about
     assert "eval start: " + key in out and "eval end: " + key in out
+    sft_end, grpo_end = sft["eval"]["end"][key], grpo["eval"]["end"][key]
+    assert f"{key}: start 0.000 -> sft {sft_end:.3f} -> grpo {grpo_end:.3f}" in out  # base, SFT, GRPO
     assert "stage           steps" in out and f"summary: {run_dir / 'summary.json'}" in out
     assert f"TensorBoard: tensorboard --logdir {run_dir}" in out
     for stage, services in (("sft", ["trainer"]), ("grpo", ["trainer", "explorer"])):

@@ -272,7 +272,8 @@ def test_format_table() -> None:
     assert lines[2].split() == ["sft", "500", "0.012", "0.500", "0", "64000", "0", "61"]
     assert lines[3].split() == ["grpo", "3", "0.500", "-", "256", "192", "64", "10"]
     assert lines[4] == "(eval columns: acc)"
-    assert len(lines) == 5
+    assert lines[5] == "acc: start 0.012 -> sft 0.500"  # grpo has no end score
+    assert len(lines) == 6
     assert all(len(line) == len(lines[0]) for line in lines[2:4])  # columns line up
 
 
