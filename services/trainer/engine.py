@@ -97,17 +97,24 @@ def lr_factor(step: int, s: EngineSettings) -> float:
     return s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def token_logprobs(logits: Tensor, tokens: Tensor, with_entropy: bool) -> tuple[Tensor, Tensor | None]:
+def token_logprobs(
+    logits: Tensor, tokens: Tensor, with_entropy: bool, *, entropy_grad: bool = True
+) -> tuple[Tensor, Tensor | None]:
     """Per-token log p(token) and entropy of the distribution, both [b, T] float32.
 
     logits [b, T, V] (any dtype; reduced in float32), tokens [b, T] long.
     log p = logit[token] - logsumexp(logits); entropy = logsumexp - sum softmax * logits.
+    entropy_grad=False: the entropy is a metric only, computed outside autograd (no [b, T, V]
+    softmax kept for the backward pass).
     """
     logits = logits.float()
     lse = torch.logsumexp(logits, dim=-1)
     logprob = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
     if not with_entropy:
         return logprob, None
+    if not entropy_grad:
+        with torch.no_grad():
+            return logprob, lse.detach() - (torch.softmax(logits.detach(), dim=-1) * logits.detach()).sum(-1)
     entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logprob, entropy
 
@@ -211,7 +218,8 @@ class TrainEngine:
         """Current policy's logprob and entropy over the response, [b, T] each (grad flows)."""
         with self._autocast():
             logits = self._response_logits(self.model, inputs)
-        return token_logprobs(logits, inputs.responses, with_entropy)
+        grad = bool(getattr(self.algorithm, "entropy_needs_grad", True))
+        return token_logprobs(logits, inputs.responses, with_entropy, entropy_grad=grad)
 
     @torch.no_grad()
     def logprobs_of(self, model: nn.Module, batch: Batch) -> Tensor:

@@ -89,3 +89,21 @@ def test_gradients_are_clipped_to_grad_clip_before_the_step() -> None:
     assert metrics["actor/grad_norm"] > 1e-2  # the pre-clip norm is what is reported
     applied = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in engine.model.parameters()]))
     assert applied.item() == pytest.approx(1e-3, rel=1e-3)  # grads stay in .grad after the step
+
+
+def test_entropy_without_a_loss_term_is_a_metric_outside_autograd() -> None:
+    """Same values either way; only an entropy term in the loss (entropy_coef != 0) needs its graph."""
+    from services.common.config.algorithm import AlgorithmConfig
+    from services.trainer.algorithms import build_algorithm
+
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    tokens = torch.tensor([[0, 1, 2], [3, 4, 0]])
+    _, with_graph = token_logprobs(logits, tokens, True)
+    _, metric = token_logprobs(logits, tokens, True, entropy_grad=False)
+    assert with_graph is not None and metric is not None
+    assert with_graph.requires_grad and not metric.requires_grad
+    torch.testing.assert_close(metric, with_graph.detach())
+    assert build_algorithm(AlgorithmConfig(algorithm_type="sft")).entropy_needs_grad is False
+    assert build_algorithm(AlgorithmConfig(algorithm_type="grpo")).entropy_needs_grad is False  # coef 0
+    bonus = AlgorithmConfig(algorithm_type="grpo", entropy_loss_fn_args={"entropy_coef": 0.01})
+    assert build_algorithm(bonus).entropy_needs_grad is True

@@ -89,6 +89,10 @@ class CompositeAlgorithm(Algorithm):
         check_args(self.entropy_fn, self.entropy_args, "algorithm.entropy_loss_fn_args", skip=2)
         if _accepts(self.entropy_fn, "loss_agg_mode"):
             self.entropy_args.setdefault("loss_agg_mode", self.loss_agg_mode)
+        # With no entropy term in the loss, entropy is only a metric: the engine computes it without grad.
+        self.entropy_needs_grad = (
+            cfg.entropy_loss_fn != "none" and float(self.entropy_args.get("entropy_coef", 0.0)) != 0.0
+        )
         strategy_cls = parts.SAMPLE_STRATEGY.get(cfg.sample_strategy)
         strategy_args = dict(cfg.sample_strategy_args or {})
         check_args(strategy_cls, strategy_args, "algorithm.sample_strategy_args")
