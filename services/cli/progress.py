@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from services.cli.stages import main_first
 from services.cli.status import service_info
 from services.common.config import TrinityConfig
 from services.common.errors import TrinityError
@@ -83,6 +84,11 @@ def progress_line(elapsed: float, infos: dict[str, Any]) -> str:
             f"reward {_fmt(s.get('reward_mean', 0.0))} written {int(s.get('experiences_written', 0))} "
             f"{_fmt(s.get('tokens_per_s', 0.0))} tok/s"
         )
+    if explorer is not None:
+        scores = {k: v for k, v in explorer.stats.items() if k.startswith("eval/")}
+        if scores:
+            value = next(iter(main_first(scores).values()))
+            parts.append(f"eval {value:.3f} at step {int(explorer.stats.get('eval_step', 0))}")
     if trainer is not None and explorer is not None:
         # versions the explorer's weights are behind the trainer's (the two are polled apart, so a
         # momentarily newer explorer reads as 0, not as a negative lag)

@@ -185,6 +185,8 @@ class Explorer:
         self.written = 0
         self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
+        self.last_eval: dict[str, float] = {}  # the latest eval scores ("eval/<taskset>/<metric>")
+        self.last_eval_step = -1
 
     @property
     def model_version(self) -> int:
@@ -296,6 +298,7 @@ class Explorer:
             finally:
                 self.state = previous
         if scores:
+            self.last_eval, self.last_eval_step = dict(scores), step
             self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
             await asyncio.to_thread(self._record_eval, step, scores)
         return scores

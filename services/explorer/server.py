@@ -44,7 +44,10 @@ class ExplorerServicer(explorer_pb2_grpc.ExplorerServiceServicer):
         stats = {
             "step": float(ex.step), "model_version": float(ex.model_version), "experiences_written": float(ex.written),
             "reward_mean": m.get("rollout/reward/mean", 0.0), "tokens_per_s": m.get("rollout/tokens_per_s", 0.0),
+            **ex.last_eval,
         }
+        if ex.last_eval:
+            stats["eval_step"] = float(ex.last_eval_step)
         return epb.GetInfoResponse(info=self.server.info(__version__, stats=stats, state=ex.state))
 
     async def Evaluate(self, request: epb.EvaluateRequest, context: Any) -> epb.EvaluateResponse:  # noqa: N802

@@ -141,6 +141,12 @@ def test_an_explorer_polled_after_a_newer_version_shows_no_negative_lag() -> Non
     assert progress_line(1.0, infos).endswith(" | version lag 0")
 
 
+def test_the_explorers_latest_eval_score_is_shown_main_score_first() -> None:
+    stats = {"step": 7, "eval/e/reward/mean@1": 0.9, "eval/e/accuracy/mean@1": 0.4375, "eval_step": 5}
+    line = progress_line(1.0, {"explorer": Info("exploring", stats)})
+    assert line.endswith(" | eval 0.438 at step 5")
+
+
 def test_progress_line_of_one_worker_has_no_version_lag() -> None:
     line = progress_line(5.0, {"trainer": Info("training", {"step": 1, "loss": 1.5, "model_version": 1})})
     assert line == "    5s | trainer training step 1 loss 1.5 v1 0 tok/s"
