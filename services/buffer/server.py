@@ -9,6 +9,7 @@ was handed to the transport, and gRPC holds the writer while the client's window
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from typing import Any
 
@@ -26,6 +27,7 @@ from services.buffer.core import BufferCore
 from services.buffer.specs import data_dir, defaults_from_config, specs_from_config
 from services.buffer.types import ReadResult
 from services.common.logging import get_logger
+from services.common.monitor import every, make_monitor
 from services.common.server import ServiceServer
 from services.common.version import __version__
 from services.common.wire import task_to_proto
@@ -187,6 +189,23 @@ async def serve(cfg: Any) -> None:
     server = ServiceServer("buffer", cfg.services)
     server.add(add_to_server, BufferServicer(core, server), SERVICE_NAME)
     server.on_shutdown(core.close)
+    monitor = make_monitor(cfg, "buffer")
+
+    async def counters() -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for name in sorted(core.buffers):
+            st = await core.stats(name)
+            for key in ("depth", "leased", "written", "read", "acked", "dropped"):
+                metrics[f"buffer/{name}/{key}"] = float(getattr(st, key))
+        return metrics
+
+    sampler = asyncio.create_task(every(monitor, cfg.monitor.interval_s, counters))
+
+    async def stop_sampler() -> None:
+        sampler.cancel()
+        monitor.close()
+
+    server.on_shutdown(stop_sampler)
     # Everything built so far (modules, SQLAlchemy, protobuf descriptors) lives as long as the
     # process: keep it out of the cyclic GC's full collections, which otherwise walk all of it
     # every few batches (they were ~10% of a write's time).

@@ -1,11 +1,15 @@
-"""Metrics sinks: TensorBoard scalars for the processes that already hold torch, or nothing.
+"""Metrics sinks: TensorBoard scalars under <run dir>/monitor/tensorboard/<service>, or nothing.
 
-The buffer and synchronizer never call this with TensorBoard (it imports torch, ~1.3 s).
+Event files are written with the `tensorboard` package alone (no torch import, ~0.2 s), so the
+buffer and the synchronizer log too: `every()` samples a service's counters periodically.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from services.common.config.schema import TrinityConfig
@@ -30,19 +34,38 @@ class TensorBoardMonitor:
     """Scalars under <run_dir>/monitor/tensorboard/<service>."""
 
     def __init__(self, log_dir: str) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         os.makedirs(log_dir, exist_ok=True)
         self.log_dir = log_dir
-        self._writer = SummaryWriter(log_dir=log_dir)
+        self._writer = EventFileWriter(log_dir)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        for key, value in metrics.items():
-            self._writer.add_scalar(key, float(value), step)
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        values = [Summary.Value(tag=key, simple_value=float(value)) for key, value in metrics.items()]
+        self._writer.add_event(Event(wall_time=time.time(), step=int(step), summary=Summary(value=values)))
         self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()
+
+
+async def every(
+    monitor: Monitor, interval_s: float, collect: Callable[[], Awaitable[dict[str, float]]]
+) -> None:
+    """Log `collect()` every `interval_s` seconds, the step being the seconds since the start; runs until
+    cancelled (a failed collection is skipped)."""
+    start = time.monotonic()
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            metrics = await collect()
+        except Exception:  # noqa: BLE001 - metrics must never take a service down
+            continue
+        if metrics:
+            monitor.log(metrics, int(time.monotonic() - start))
 
 
 def tensorboard_dir(cfg: TrinityConfig, service: str = "") -> str:

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from services.common import errors
 from services.synchronizer import plan as P
 from services.synchronizer.ledger import (
+    DONE,
     EXPLORER,
     FAILED,
     OPEN,
     TRAINER,
-    DONE,
     FileEntry,
     Group,
     Ledger,

@@ -10,6 +10,7 @@ import asyncio
 from services.common import errors
 from services.common.config import TrinityConfig
 from services.common.logging import get_logger
+from services.common.monitor import every, make_monitor
 from services.common.server import ServiceServer
 from services.common.version import __version__
 from services.synchronizer import convert as C
@@ -154,5 +155,22 @@ async def serve(cfg: TrinityConfig) -> None:
         sweeper.cancel()
 
     server.on_shutdown(stop_sweeper)
+    monitor = make_monitor(cfg, "synchronizer")
+
+    async def counters() -> dict[str, float]:
+        latest, members, _, _ = core.status()
+        return {
+            "sync/latest_version": float(latest.version),
+            "sync/members_alive": float(sum(m.alive for m in members)),
+            "sync/members_dead": float(sum(not m.alive for m in members)),
+        }
+
+    sampler = asyncio.create_task(every(monitor, cfg.monitor.interval_s, counters))
+
+    async def stop_sampler() -> None:
+        sampler.cancel()
+        monitor.close()
+
+    server.on_shutdown(stop_sampler)
     log.info("synchronizer_ready", plan=str(core.plan), port=server.port)
     await server.wait()

@@ -132,7 +132,8 @@ def test_demo_shortened_through_the_cli(tmp_path: pathlib.Path) -> None:
     assert f"{key}: start 0.000 -> sft {sft_end:.3f} -> grpo {grpo_end:.3f}" in out  # base, SFT, GRPO
     assert "stage           steps" in out and f"summary: {run_dir / 'summary.json'}" in out
     assert f"TensorBoard: tensorboard --logdir {run_dir}" in out
-    for stage, services in (("sft", ["trainer"]), ("grpo", ["trainer", "explorer"])):
+    every_service = ["buffer", "synchronizer", "trainer", "explorer"]
+    for stage, services in (("sft", ["buffer", "synchronizer", "trainer"]), ("grpo", every_service)):
         for service in services:
             assert list((run_dir / stage / "monitor" / "tensorboard" / service).glob("events.out.tfevents.*"))
     assert (tmp_path / "runs" / "trinity-grpc" / "demo_data" / "rl.jsonl").exists()

@@ -16,6 +16,8 @@ class MonitorConfig(Section):
     """Extra arguments of the sink."""
     enable_ray_timeline: bool = False
     """Accepted for Trinity compatibility; no effect."""
+    interval_s: float = Field(10.0, gt=0)
+    """Seconds between samples of the buffer's and the synchronizer's counters (their TensorBoard scalars)."""
 
 
 class LogConfig(Section):
