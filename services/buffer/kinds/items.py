@@ -113,6 +113,11 @@ class ItemBuffer:
         """Make room after an insert (priority); returns ready_at of evicted rows."""
         return []
 
+    async def _settle(self, conn: AsyncConnection, now: float) -> int:
+        """Before a claim: apply what happened since the last commit (priority: cooldowns that
+        ended may overfill the queue); returns the rows dropped."""
+        return 0
+
     async def _ack_rows(
         self, conn: AsyncConnection, lease_id: str, now: float
     ) -> tuple[int, int, list[float]]:
@@ -147,14 +152,19 @@ class ItemBuffer:
         return m
 
     async def ensure_counters(self) -> None:
-        """Counters row, payload trigger, and files from before `payloads` moved out of `items`."""
+        """Counters row, payload trigger, and files from before `payloads` moved out of `items` or
+        before `leased_at`."""
 
         async def op(conn: AsyncConnection) -> None:
             await conn.execute(sqlite_insert(s.counters).values(id=1).on_conflict_do_nothing())
             columns = [r[1] for r in (await conn.exec_driver_sql("PRAGMA table_info(items)")).all()]
             if "payload" in columns:
-                await conn.exec_driver_sql("INSERT OR IGNORE INTO payloads (id, payload) SELECT id, payload FROM items")
+                await conn.exec_driver_sql(
+                    "INSERT OR IGNORE INTO payloads (id, payload) SELECT id, payload FROM items"
+                )
                 await conn.exec_driver_sql("ALTER TABLE items DROP COLUMN payload")
+            if "leased_at" not in columns:
+                await conn.exec_driver_sql("ALTER TABLE items ADD COLUMN leased_at FLOAT")
             await conn.exec_driver_sql(s.PAYLOADS_TRIGGER)
 
         await self.db.write(op)
@@ -323,8 +333,9 @@ class ItemBuffer:
         await self.db.write(op, after)
 
     @staticmethod
-    def _sort_key(row: Any) -> tuple[float, int]:
-        return (0.0, row[0])  # claimed rows are (id, priority, payload); by index: no name lookup
+    def _sort_key(row: Any) -> tuple[float, float, int]:
+        # claimed rows are (id, priority, payload, entered_at); by index: no name lookup
+        return (0.0, 0.0, row[0])
 
     async def _claim_op(
         self, conn: AsyncConnection, lease_id: str, lease_len: float, n: int, min_version: int
@@ -347,11 +358,13 @@ class ItemBuffer:
                 {"now": now, "v": min_version},
             )
             dropped = res.rowcount
-            await _bump(conn, dropped=dropped)
+        dropped += await self._settle(conn, now)
+        await _bump(conn, dropped=dropped)
         claim = text(
-            "UPDATE items SET state = 1, lease_id = :lease, lease_expires = :exp, use_count = use_count + 1 "
+            "UPDATE items SET state = 1, lease_id = :lease, lease_expires = :exp, leased_at = :now, "
+            "use_count = use_count + 1 "
             f"WHERE id IN (SELECT id FROM items WHERE state = 0 AND ready_at <= :now ORDER BY {self.order_by} LIMIT :n) "
-            "RETURNING id, priority"
+            f"RETURNING id, priority, {s.ENTERED_AT}"
         )
         claimed = (await conn.execute(claim, {"lease": lease_id, "exp": expires, "now": now, "n": n})).all()
         rows = await _with_payloads(conn, claimed)
@@ -494,14 +507,16 @@ async def _find_key(conn: AsyncConnection, key: str) -> WriteResult | None:
     return None if row is None else WriteResult(written=0, duplicate=True, evicted=0)
 
 
-async def _with_payloads(conn: AsyncConnection, claimed: Sequence[Any]) -> list[tuple[int, float, bytes]]:
-    """(id, priority, payload) of claimed (id, priority) rows."""
+async def _with_payloads(
+    conn: AsyncConnection, claimed: Sequence[Any]
+) -> list[tuple[int, float, bytes, float]]:
+    """(id, priority, payload, entered_at) of claimed (id, priority, entered_at) rows."""
     if not claimed:
         return []
     ids = [r[0] for r in claimed]
     sql = f"SELECT id, payload FROM payloads WHERE id IN ({', '.join('?' * len(ids))})"
     payload = dict((await conn.exec_driver_sql(sql, tuple(ids))).all())
-    return [(i, p, payload[i]) for i, p in claimed]
+    return [(i, p, payload[i], e) for i, p, e in claimed]
 
 
 _COUNTERS = ("written", "read", "acked", "dropped")

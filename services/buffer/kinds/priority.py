@@ -5,11 +5,31 @@ Priority functions are Trinity's:
 - `decay_limit_randomization(decay=2.0, use_count_limit=3, sigma=0.0)`: the same plus Gaussian
   noise of std `sigma`; an item is put back only while use_count < use_count_limit.
 
-Ack of a read item: without `reuse_cooldown_time` it is consumed (Trinity: "experiences can not
-be reused"); with it, its use_count (already counted at read) gives it a new priority and it
-becomes readable again `reuse_cooldown_time` seconds later (unless the fn says not to put it
-back). At capacity a write evicts the lowest-priority readable items (ties: oldest first), which
-may be the items just written; leased items are never evicted.
+What follows Trinity's AsyncPriorityQueue (trinity/buffer/storage/queue.py), because its tests
+pin orderings that users carry over (tests/unit/test_buffer_priority.py derives them):
+- A read takes items out of the queue and counts a use. With `reuse_cooldown_time` an item
+  re-enters `reuse_cooldown_time` seconds after its *read* with its new priority (unless the fn
+  says not to put it back); without it, a read item is used once.
+- Ties are served in order of (re-)entry: a reused item goes behind the items already waiting
+  at its priority (ENTERED_AT in storage/schema.py: the write, or the end of the cooldown).
+- Capacity bounds the items *in the queue*: read items (leased or cooling down) do not count.
+  Whenever items enter (a write, or a cooldown that ended) and the queue holds more than
+  `capacity`, the lowest-priority items go, the earliest-entered first among ties; so an
+  arrival lower than everything queued is dropped and one equal to the lowest replaces it.
+
+Where we deliberately differ, and why:
+- Leases. Trinity hands items out for good. Here a read leases them: the reuse (or, without a
+  cooldown, the removal) takes effect at Ack, with the cooldown still counted from the read, so
+  an Ack later than the cooldown makes the item readable at once. Nack or lease expiry returns
+  the items unused (use_count as before, at their old place), so a crashed trainer loses nothing.
+- Capacity counts experiences, not write calls. Trinity's queue holds "items" that are each one
+  `put` (a list of experiences sharing one priority) and reads whole items; ours are rows per
+  experience, read one by one, as the fifo kind counts them. Trinity's capacity-4 queue of
+  2-experience writes is a capacity-8 queue here (the same orderings, as whole writes of one
+  priority enter and leave together).
+- Cooldowns run on the wall clock in the file, not in a timer task, so they survive a restart;
+  an item whose cooldown ended competes for room at the next write or read, which gives the
+  same result as Trinity's insert-at-the-moment (the queue keeps the top `capacity` either way).
 """
 
 from __future__ import annotations
@@ -85,7 +105,7 @@ def make_priority_fn(name: str, args: dict[str, Any]) -> PriorityFn:
 
 class PriorityBuffer(ItemBuffer):
     kind = "priority"
-    order_by = "priority DESC, id ASC"
+    order_by = f"priority DESC, {s.ENTERED_AT}, id"
 
     def __init__(
         self, *args: Any, priority_fn: PriorityFn, reuse_cooldown_time: float | None, **kwargs: Any
@@ -96,6 +116,7 @@ class PriorityBuffer(ItemBuffer):
 
     async def load(self) -> None:
         async def op(conn: AsyncConnection) -> None:
+            await conn.exec_driver_sql(s.OLD_PRIORITY_INDEX)
             await conn.exec_driver_sql(s.PRIORITY_INDEX)
 
         await self.db.write(op)
@@ -105,54 +126,70 @@ class PriorityBuffer(ItemBuffer):
         return self.priority_fn(model_version, use_count)[0]
 
     @staticmethod
-    def _sort_key(row: Any) -> tuple[float, int]:
-        return (-row[1], row[0])  # (id, priority, payload)
+    def _sort_key(row: Any) -> tuple[float, float, int]:
+        return (-row[1], row[3], row[0])  # (id, priority, payload, entered_at)
 
     async def _evict(self, conn: AsyncConnection, now: float, inserted: int) -> list[float]:
+        return await self._trim(conn, now)
+
+    async def _settle(self, conn: AsyncConnection, now: float) -> int:
+        return len(await self._trim(conn, now))
+
+    async def _trim(self, conn: AsyncConnection, now: float) -> list[float]:
+        """Drop the lowest queued items past capacity; returns their ready_at (all due).
+
+        Only queued rows (READY and due) count, as in Trinity leased and cooling items are out of
+        the queue. Counted in the file, not the mirror: this commit group is not mirrored yet.
+        """
         if self.capacity is None:
             return []
-        # Counted in the file, not the mirror: earlier writes of this commit group are not mirrored yet.
-        stored = (await conn.execute(text("SELECT count(*) FROM items WHERE state IN (0, 1)"))).scalar() or 0
-        excess = stored - self.capacity
+        queued = "state = 0 AND ready_at <= :now"
+        count = text(f"SELECT count(*) FROM items WHERE {queued}")
+        excess = ((await conn.execute(count, {"now": now})).scalar() or 0) - self.capacity
         if excess <= 0:
             return []
-        rows = (
-            await conn.execute(
-                text(
-                    "DELETE FROM items WHERE id IN (SELECT id FROM items WHERE state = 0 ORDER BY priority ASC, id ASC "
-                    "LIMIT :n) RETURNING ready_at"
-                ),
-                {"n": excess},
-            )
-        ).all()
-        return [float(r[0]) for r in rows]
+        lowest = (
+            f"SELECT id FROM items WHERE {queued} ORDER BY priority ASC, {s.ENTERED_AT} ASC, id ASC LIMIT :n"
+        )
+        delete = text(f"DELETE FROM items WHERE id IN ({lowest}) RETURNING ready_at")
+        return [float(r[0]) for r in (await conn.execute(delete, {"now": now, "n": excess})).all()]
 
     async def _ack_rows(
         self, conn: AsyncConnection, lease_id: str, now: float
     ) -> tuple[int, int, list[float]]:
+        """Put the lease's items back (cooldown from their read) or consume them."""
         rows = (
             await conn.execute(
-                text("SELECT id, model_version, use_count FROM items WHERE lease_id = :lease AND state = 1"),
+                text(
+                    "SELECT id, model_version, use_count, leased_at FROM items WHERE lease_id = :lease AND state = 1"
+                ),
                 {"lease": lease_id},
             )
         ).all()
-        if self.reuse_cooldown_time is None:
-            await conn.execute(
-                text("DELETE FROM items WHERE lease_id = :lease AND state = 1"), {"lease": lease_id}
-            )
-            return len(rows), 0, []
-        ready_at = now + self.reuse_cooldown_time
-        keep, drop = [], []
-        for row in rows:
-            priority, put_back = self.priority_fn(row.model_version, row.use_count)
-            (keep if put_back else drop).append({"i": row.id, "p": priority})
+        keep, drop = self._reuse_plan(rows, now)
         if drop:
-            await conn.execute(text("DELETE FROM items WHERE id = :i"), drop)
+            await conn.execute(text("DELETE FROM items WHERE id = :i"), [{"i": i} for i in drop])
         if keep:
             await conn.execute(
                 text(
-                    "UPDATE items SET state = 0, lease_id = NULL, lease_expires = NULL, priority = :p, ready_at = :r WHERE id = :i"
+                    "UPDATE items SET state = 0, lease_id = NULL, lease_expires = NULL, priority = :p, ready_at = :r "
+                    "WHERE id = :i"
                 ),
-                [{**k, "r": ready_at} for k in keep],
+                keep,
             )
-        return len(rows), len(keep), [ready_at] * len(keep)
+        return len(rows), len(keep), [k["r"] for k in keep]
+
+    def _reuse_plan(self, rows: Any, now: float) -> tuple[list[dict[str, Any]], list[int]]:
+        """Which acked rows go back (with new priority and ready_at) and which are used up."""
+        if self.reuse_cooldown_time is None:
+            return [], [row.id for row in rows]
+        keep: list[dict[str, Any]] = []
+        drop: list[int] = []
+        for row in rows:
+            priority, put_back = self.priority_fn(row.model_version, row.use_count)
+            read_at = now if row.leased_at is None else row.leased_at  # leased before the column existed
+            if put_back:
+                keep.append({"i": row.id, "p": priority, "r": read_at + self.reuse_cooldown_time})
+            else:
+                drop.append(row.id)
+        return keep, drop

@@ -28,6 +28,9 @@ items = Table(
     Column("created_at", Float, nullable=False),  # unix s
     Column("lease_id", String, nullable=True),
     Column("lease_expires", Float, nullable=True),  # unix s
+    # unix s of the claim that leased the row: a priority item's reuse cooldown runs from its read,
+    # as in Trinity, even when the reader acks much later.
+    Column("leased_at", Float, nullable=True),
     sqlite_autoincrement=True,
 )
 # The serialized trinity_grpc.common.v1.Experience of each item (id = items.id); deleted with
@@ -45,10 +48,17 @@ PAYLOADS_TRIGGER = (
 # Partial indexes on ready rows: claims scan only what they can take (doubles claim rate here).
 Index("ix_items_ready_fifo", items.c.id, sqlite_where=text("state = 0"))
 Index("ix_items_lease", items.c.lease_id, sqlite_where=text("lease_id IS NOT NULL"))
+# When a row (re-)entered the queue: its write, or the end of its reuse cooldown. Priority ties are
+# served in this order, so a reused item waits behind the items already at its priority (Trinity
+# appends it to the back of its priority group).
+ENTERED_AT = "max(created_at, ready_at)"
 # Only priority buffers order by priority; fifo and table files skip maintaining this index.
 PRIORITY_INDEX = (
-    "CREATE INDEX IF NOT EXISTS ix_items_ready_priority ON items (priority DESC, id) WHERE state = 0"
+    "CREATE INDEX IF NOT EXISTS ix_items_ready_priority_entered "
+    f"ON items (priority DESC, {ENTERED_AT}, id) WHERE state = 0"
 )
+# The index of files from before ENTERED_AT ordered ties.
+OLD_PRIORITY_INDEX = "DROP INDEX IF EXISTS ix_items_ready_priority"
 
 # Single row (id = 1) of lifetime counters, updated in the transaction that changes them.
 counters = Table(
