@@ -113,20 +113,58 @@ async def test_fifo_order_backpressure_and_info(client):
     assert {b.name: b.kind for b in await client.list_buffers()}["exp"] == "fifo"
 
 
-async def test_priority_order_and_reuse_cooldown(client):
-    # Orderings derived in tests/unit/test_buffer_priority.py from priority = version - 2 * use_count.
-    assert await client.create_buffer("prio", "priority", capacity=8, reuse_cooldown_time=COOLDOWN)
-    assert (await client.write("prio", [exp(version=v, label=f"v{v}") for v in range(10)])).evicted == 2
-    first = await client.read("prio", 4, max_wait=0)
-    assert labels(first) == ["v9", "v8", "v7", "v6"]
+async def test_priority_capacity_8_as_trinity(client):
+    # Trinity's tests/buffer/queue_test.py::test_priority_queue_capacity, over the wire: capacity 8,
+    # linear_decay 0.6, no reuse, 12 writes of one experience, model_version 0..11 (use_count 0:
+    # priority = version). v0..v7 fill it; v8..v11 each evict the lowest: v0..v3 go.
+    assert await client.create_buffer(
+        "prio_cap", "priority", capacity=8, max_read_timeout=0.3, priority_fn_args={"decay": 0.6}
+    )
+    for v in range(12):
+        await client.write("prio_cap", [exp(version=v, label=f"v{v}")])
+    assert ((s := await client.stats("prio_cap")).depth, s.dropped) == (8, 4)
+    first = await client.read("prio_cap", 8, max_wait=0)
+    assert labels(first) == [f"v{v}" for v in range(11, 3, -1)]  # highest priority first
+    late = await client.read("prio_cap", 1)  # Trinity: TimeoutError; here an empty batch
+    assert (late.experiences, late.end_of_data) == ([], False)
+    # The second round, written while the first 8 are still leased (read items are out of the
+    # queue, so they take no room): again v0..v3 are evicted.
+    for v in range(12):
+        await client.write("prio_cap", [exp(version=v, label=f"v{v}")], writer_id="explorer")
     await client.ack(first.lease_id)
-    second = await client.read("prio", 4, max_wait=0)
-    assert labels(second) == ["v5", "v4", "v3", "v2"]
+    await client.close_writer("prio_cap", "explorer")  # Trinity: writer.release()
+    second = await client.read("prio_cap", 8, max_wait=0)
+    assert labels(second) == [f"v{v}" for v in range(11, 3, -1)]
     await client.ack(second.lease_id)
-    third = await client.read("prio", 8, max_wait=5)  # waits out the cooldown
-    assert labels(third) == ["v9", "v8", "v7", "v6", "v5", "v4", "v3", "v2"]
+    assert (await client.read("prio_cap", 1)).end_of_data  # Trinity: StopIteration
+
+
+async def test_priority_order_and_reuse_cooldown(client):
+    # Trinity's test_priority_queue_buffer_reuse, over the wire. Trinity's queue holds 4 writes of
+    # 2 experiences (capacity counts writes there); here capacity counts experiences: 8.
+    # linear_decay 0.6: v0..v3 fill it, the write of v4 evicts v0.
+    assert await client.create_buffer(
+        "prio", "priority", capacity=8, reuse_cooldown_time=COOLDOWN, priority_fn_args={"decay": 0.6}
+    )
+    for v in range(5):
+        await client.write("prio", [exp(version=v, label=f"v{v}"), exp(version=v, label=f"v{v}")])
+    # Each read takes the top two pairs; they count a use and re-enter COOLDOWN s after the read
+    # at version - 0.6 * uses, behind pairs already waiting at that priority:
+    # queue (priority)                       read    re-enter at
+    # v4 4.0  v3 3.0  v2 2.0  v1 1.0         v4 v3   v4 3.4  v3 2.4
+    # v4 3.4  v3 2.4  v2 2.0  v1 1.0         v4 v3   v4 2.8  v3 1.8
+    # v4 2.8  v2 2.0  v3 1.8  v1 1.0         v4 v2   v4 2.2  v2 1.4
+    # v4 2.2  v3 1.8  v2 1.4  v1 1.0         v4 v3   v4 1.6  v3 1.2
+    # v4 1.6  v2 1.4  v3 1.2  v1 1.0         v4 v2   v4 1.0  v2 0.8
+    # v3 1.2  v1 1.0  v4 1.0  v2 0.8         v3 v1   (v4 re-entered after v1: it waits behind it)
+    expected = ["v4 v3", "v4 v3", "v4 v2", "v4 v3", "v4 v2", "v3 v1"]
+    for pairs in expected:
+        batch = await client.read("prio", 4, max_wait=0)
+        assert labels(batch) == [v for v in pairs.split() for _ in range(2)]
+        await client.ack(batch.lease_id)
+        await asyncio.sleep(COOLDOWN + 0.2)  # as Trinity's test sleeps: every read pair is back
     stats = await client.stats("prio")
-    assert (stats.kind, stats.leased, stats.dropped) == ("priority", 8, 2)
+    assert (stats.kind, stats.dropped, stats.leased) == ("priority", 2, 0)
 
 
 async def test_lease_expiry_partial_batch_and_idempotent_retry(client):
