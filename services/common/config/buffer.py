@@ -83,13 +83,14 @@ class StorageConfig(Section):
     use_priority_queue: bool = False
     """queue: a priority queue instead of fifo."""
     reuse_cooldown_time: float | None = Field(None, ge=0)
-    """Priority queue: seconds before a read item may be read again; None: never reused."""
+    """Priority queue: seconds from an item's read until it may be read again; None: never reused."""
     priority_fn: str = "linear_decay"
     """Priority queue: linear_decay or decay_limit_randomization."""
     priority_fn_args: dict[str, Any] = Field(default_factory=dict)
     """Arguments of the priority fn (decay, use_count_limit, sigma)."""
     capacity: int | None = Field(None, ge=1)
-    """Max items; fifo writers wait when full, priority queues evict the lowest."""
+    """Max experiences; fifo: all stored ones, writers wait when full; priority: the ones queued
+    (not those read and leased or cooling down), the lowest priority evicted."""
     enable_progress_bar: bool = False
     """Accepted for Trinity compatibility; progress is logged instead."""
 
