@@ -320,10 +320,21 @@ class StageRunner:
             }
 
 
+def fresh_run_overrides(cfg: TrinityConfig, overrides: Sequence[str]) -> list[str]:
+    """Overrides that turn `continue_from_checkpoint: false` into a fresh `<name>_<timestamp>` run.
+
+    The fresh run resumes within itself: a child the runner restarts (or a trainer whose stage
+    is re-entered) must pick up this run's own checkpoints, not start over from the base weights
+    under a step count that says otherwise.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return [*overrides, f"name={cfg.name}_{stamp}", "continue_from_checkpoint=true"]
+
+
 async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:
     cfg = load_config(config, overrides)
     if not cfg.continue_from_checkpoint:
-        cfg = load_config(config, [*overrides, f"name={cfg.name}_{time.strftime('%Y%m%d-%H%M%S')}"])
+        cfg = load_config(config, fresh_run_overrides(cfg, overrides))
     root = cfg.run_dir
     preflight(cfg)
     prepare_data(cfg)

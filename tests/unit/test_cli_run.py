@@ -347,3 +347,18 @@ def test_default_config_path_is_the_packaged_file() -> None:
         pathlib.Path(default_config_path())
         == pathlib.Path(run.__file__).parent.parent / "common" / "config" / "default.yaml"
     )
+
+
+def test_a_fresh_run_gets_a_timestamped_name_and_its_children_resume_within_it(
+    make_cfg: MakeConfig, tmp_path: pathlib.Path
+) -> None:
+    cfg = make_cfg("name: exp\ncontinue_from_checkpoint: false\n")
+    fresh = load_config(tmp_path / "config.yaml", run.fresh_run_overrides(cfg, []))
+    assert fresh.name.startswith("exp_") and fresh.name != "exp"
+    assert fresh.run_dir != cfg.run_dir
+    # What a restarted child reads: it resumes this fresh run's checkpoints instead of the base model.
+    path = tmp_path / "out" / "config.resolved.yaml"
+    run.write_resolved_config(fresh.stage_configs[0], str(path))
+    child = load_config(path)
+    assert child.continue_from_checkpoint is True
+    assert child.run_dir == fresh.run_dir
