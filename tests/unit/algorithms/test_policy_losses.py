@@ -96,22 +96,43 @@ def test_gspo_unclipped_gradient_flows_through_each_token():
     assert close(logprob.grad, t([-0.610701, -0.610701]))
 
 
-def test_cispo_clipped_weight_and_token_mask():
+def test_cispo_clipped_weight_without_token_mask_by_default():
     # log-ratios [0.5, -0.5, 0.1], A = [1, -1, 1], current logprob = old + ratio; old = [-1.5, -1.5, -0.6]
-    # -> logprob [-1.0, -2.0, -0.5]. clip_range_low 1.0, high 0.28
-    # tok 1: ratio 1.648721 > 1.28 with A > 0 -> masked out (0)
-    # tok 2: ratio 0.606531, w = 0.606531, loss = -(-1) * 0.606531 * (-2.0) = -1.213061
-    # tok 3: ratio 1.105171, w = 1.105171, loss = -1 * 1.105171 * (-0.5) = 0.552585
-    # mean = (0 - 1.213061 + 0.552585) / 3 = -0.220159; masked_frac 2/3
+    # -> logprob [-1.0, -2.0, -0.5]. clip_range_low 1.0 (w >= 0), high 0.28 (w <= 1.28); no token mask
+    # tok 1: ratio 1.648721 -> w = 1.28,     loss = -1 * 1.28 * (-1.0)          =  1.280000
+    # tok 2: ratio 0.606531 -> w = 0.606531, loss = -(-1) * 0.606531 * (-2.0)   = -1.213061
+    # tok 3: ratio 1.105171 -> w = 1.105171, loss = -1 * 1.105171 * (-0.5)      =  0.552585
+    # token-mean = (1.28 - 1.213061 + 0.552585) / 3 = 0.206508; unmasked_frac 1
     old = t([-1.5, -1.5, -0.6])
     logprob = t([-1.0, -2.0, -0.5]).requires_grad_(True)
     loss, m = cispo_policy_loss(logprob, old, torch.ones(1, 3), t([1.0, -1.0, 1.0]))
-    assert loss.item() == pytest.approx(-0.220159, abs=1e-5)
-    assert m["masked_frac"] == pytest.approx(2 / 3)
+    assert loss.item() == pytest.approx(0.206508, abs=1e-5)
+    assert m["unmasked_frac"] == pytest.approx(1.0) and m["cispo_loss"] == pytest.approx(0.206508, abs=1e-5)
     assert m["ppo_kl"] == pytest.approx(-0.1 / 3, abs=1e-6)
     loss.backward()
-    # the IS weight is a constant: grad = -A * w * m / 3 -> [0, 0.606531/3, -1.105171/3]
+    # the IS weight is a constant, so even the clipped token 1 keeps its gradient: -A * w / 3
+    # -> [-1.28/3, 0.606531/3, -1.105171/3]
+    assert close(logprob.grad, t([-0.426667, 0.202177, -0.368390]))
+
+
+def test_cispo_token_mask_and_loss_agg_mode():
+    # Same tokens with enable_mask_clip (ranges 1.0 / 0.28): token 1 (ratio 1.648721 > 1.28, A > 0) gets
+    # m = 0 -> token-mean (0 - 1.213061 + 0.552585) / 3 = -0.220159; unmasked_frac 2/3
+    old = t([-1.5, -1.5, -0.6])
+    logprob = t([-1.0, -2.0, -0.5]).requires_grad_(True)
+    adv, mask = t([1.0, -1.0, 1.0]), torch.ones(1, 3)
+    loss, m = cispo_policy_loss(logprob, old, mask, adv, enable_mask_clip=True)
+    assert loss.item() == pytest.approx(-0.220159, abs=1e-5)
+    assert m["unmasked_frac"] == pytest.approx(2 / 3) and m["masked_frac"] == pytest.approx(2 / 3)
+    loss.backward()
+    # grad = -A * w * m / 3 -> [0, 0.606531/3, -1.105171/3]
     assert close(logprob.grad, t([0.0, 0.202177, -0.368390]))
+    # a wider mask range (high 1.0: ratio must pass 2.0) keeps token 1: the unmasked value 0.206508
+    loss, _ = cispo_policy_loss(logprob, old, mask, adv, enable_mask_clip=True, mask_clip_range_high=1.0)
+    assert loss.item() == pytest.approx(0.206508, abs=1e-5)
+    # seq-mean-token-sum of the one row: the sum 1.28 - 1.213061 + 0.552585 = 0.619524
+    loss, _ = cispo_policy_loss(logprob, old, mask, adv, loss_agg_mode="seq-mean-token-sum")
+    assert loss.item() == pytest.approx(0.619524, abs=1e-5)
 
 
 def test_opmd_loss_scaled_by_tau():
