@@ -51,7 +51,21 @@ def test_group_advantage_is_grpo():
     expected = (1 - 1 / 3) / (math.sqrt(1 / 3) + 1e-6)
     np.testing.assert_allclose(out[0].advantages, [expected] * 3, rtol=1e-6)
     np.testing.assert_allclose(out[1].advantages, [-expected / 2], rtol=1e-6)
-    np.testing.assert_allclose(out[3].advantages, [0.0, 0.0])  # a group of one has no signal
+    # a group of one: mean 0, std 1, as the trainer's grpo fn -> 2 / (1 + 1e-6)
+    np.testing.assert_allclose(out[3].advantages, [2.0 / (1 + 1e-6)] * 2, rtol=1e-6)
+
+
+def test_group_advantage_agrees_with_the_trainers_grpo_fn():
+    import torch
+
+    from services.trainer.algorithms.advantage.grpo import grpo_advantages
+
+    exps = [exp("g", 1.0), exp("g", 0.0), exp("g", 0.5), exp("h", 2.0), exp("k", 1.0), exp("k", 1.0)]
+    out, _ = EXPERIENCE_OPERATORS.get("group_advantage")().process(exps)
+    trainer_side, _, _ = grpo_advantages(
+        torch.tensor([1.0, 0.0, 0.5, 2.0, 1.0, 1.0]), torch.ones(6, 1), torch.tensor([0, 0, 0, 1, 2, 2])
+    )
+    np.testing.assert_allclose([e.advantages[0] for e in out], trainer_side[:, 0].numpy(), rtol=1e-5)
 
 
 class Doubler(ExperienceOperator):

@@ -125,6 +125,8 @@ class GroupAdvantage(ExperienceOperator):
     """GRPO advantages per group: (r - mean) / (std + epsilon), broadcast over the response tokens.
 
     std_normalize false gives Dr. GRPO's r - mean. Groups are the experiences sharing a group id.
+    A group of one has mean 0 and std 1, as the trainer's `grpo` advantage fn (and Trinity's):
+    the row keeps its raw reward as advantage instead of a silent 0.
     """
 
     def __init__(self, epsilon: float = 1e-6, std_normalize: bool = True) -> None:
@@ -135,19 +137,15 @@ class GroupAdvantage(ExperienceOperator):
         values = []
         for group in group_by_id(exps).values():
             rewards = np.array([e.reward or 0.0 for e in group], dtype=np.float64)
-            adv = rewards - rewards.mean()
+            single = len(rewards) == 1
+            adv = rewards - (0.0 if single else rewards.mean())
             if self.std_normalize:
-                adv = adv / (_std(rewards) + self.epsilon)
+                adv = adv / ((1.0 if single else rewards.std(ddof=1)) + self.epsilon)
             for exp, a in zip(group, adv, strict=True):
                 exp.advantages = np.full(exp.response_length, a, dtype=np.float32)
                 exp.returns = exp.advantages.copy()
                 values.append(a)
         return exps, {"advantage_mean": float(np.mean(values)) if values else 0.0}
-
-
-def _std(values: np.ndarray) -> float:
-    """Unbiased std as torch.std (Trinity's GRPO); 0 for a single sample."""
-    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
 class ExperiencePipeline:
