@@ -59,21 +59,26 @@ class FakeBuffer:
 
 
 def _cfg(tmp_path: pathlib.Path, **trainer) -> TrinityConfig:
-    return TrinityConfig.model_validate({
-        "checkpoint_root_dir": str(tmp_path),
-        "mode": "train",
-        "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 3e-3}},
-        "buffer": {"batch_size": 4},
-        "trainer": {"micro_batch_size": 2, "save_interval": 2, **trainer},
-        "monitor": {"monitor_type": "none"},
-    })
+    return TrinityConfig.model_validate(
+        {
+            "checkpoint_root_dir": str(tmp_path),
+            "mode": "train",
+            "algorithm": {"algorithm_type": "sft", "optimizer": {"lr": 3e-3}},
+            "buffer": {"batch_size": 4},
+            "trainer": {"micro_batch_size": 2, "save_interval": 2, **trainer},
+            "monitor": {"monitor_type": "none"},
+        }
+    )
 
 
 def _fixed_rows(n_batches: int, start: int = 0) -> list[Experience]:
     """The same 4 (prompt, response) pairs in every batch, with distinct task ids."""
     pairs = [("1+2=", "3"), ("2+2=", "4"), ("3+4=", "7"), ("9+9=", "18")]
-    return [experience(p, r, task_id=f"t{start + b}-{i}") for b in range(start, start + n_batches)
-            for i, (p, r) in enumerate(pairs)]
+    return [
+        experience(p, r, task_id=f"t{start + b}-{i}")
+        for b in range(start, start + n_batches)
+        for i, (p, r) in enumerate(pairs)
+    ]
 
 
 async def _run(cfg: TrinityConfig, buffer: FakeBuffer) -> TrainerLoop:
@@ -253,15 +258,26 @@ async def test_sft_from_a_dataset_buffer_tokenizes_rows_and_ends_with_the_data(t
 
         async def read_tasks(self, taskset, batch_size, *, reader_id="", rewind=False):
             take = rows[self.cursor : self.cursor + batch_size]
-            tasks = [Task(raw_task=r, task_id=f"d{self.cursor + i}", index=self.cursor + i) for i, r in enumerate(take)]
+            tasks = [
+                Task(raw_task=r, task_id=f"d{self.cursor + i}", index=self.cursor + i)
+                for i, r in enumerate(take)
+            ]
             self.cursor += len(take)
             return TaskBatch(tasks, 0, self.cursor, end_of_data=self.cursor >= len(rows))
 
-    cfg = TrinityConfig.model_validate({
-        **_cfg(tmp_path).model_dump(include={"checkpoint_root_dir", "mode", "algorithm", "trainer", "monitor"}),
-        "buffer": {"batch_size": 4, "trainer_input": {"experience_buffer": {
-            "name": "sft_data", "storage_type": "file", "path": "unused.jsonl"}}},
-    })
+    cfg = TrinityConfig.model_validate(
+        {
+            **_cfg(tmp_path).model_dump(
+                include={"checkpoint_root_dir", "mode", "algorithm", "trainer", "monitor"}
+            ),
+            "buffer": {
+                "batch_size": 4,
+                "trainer_input": {
+                    "experience_buffer": {"name": "sft_data", "storage_type": "file", "path": "unused.jsonl"}
+                },
+            },
+        }
+    )
     built = build_engine(cfg, device="cpu")
     source = DatasetAwareSource(DatasetBuffer(), built.tokenizer, cfg)
     loop = TrainerLoop(cfg, built.engine, built.tokenizer, source, state=built.state)
@@ -269,3 +285,85 @@ async def test_sft_from_a_dataset_buffer_tokenizes_rows_and_ends_with_the_data(t
     assert loop.engine.step == 2 and loop.cursor.samples == 6  # 4 rows, then the last 2 at end of data
     first = json.loads(pathlib.Path(loop.progress_path).read_text().splitlines()[0])
     assert first["rows"][0] == "0/d0/0" and first["metrics"]["actor/sft_loss"] > 0
+
+
+@dataclass
+class NamedBuffers:
+    """One FakeBuffer per buffer name; records every read as (name, batch_size, min_model_version)
+    and, like the real buffer, drops rows older than min_model_version instead of handing them out."""
+
+    queues: dict[str, FakeBuffer]
+    reads: list[tuple[str, int, int]] = field(default_factory=list)
+    lease_owner: dict[str, str] = field(default_factory=dict)
+
+    async def read(self, buffer, batch_size, *, max_wait, lease_s, reader_id="", min_model_version=0):
+        self.reads.append((buffer, batch_size, min_model_version))
+        queue = self.queues[buffer]
+        queue.rows = [e for e in queue.rows if e.model_version >= min_model_version]
+        got = await queue.read(buffer, batch_size, max_wait=max_wait, lease_s=lease_s)
+        lease = f"{buffer}:{got.lease_id}" if got.lease_id else ""
+        if lease:
+            self.lease_owner[lease] = buffer
+        return FakeRead(lease, got.experiences, got.end_of_data)
+
+    async def ack(self, lease_id):
+        await self.queues[self.lease_owner.pop(lease_id)].ack(lease_id.split(":", 1)[1])
+
+    async def nack(self, lease_id):
+        await self.queues[self.lease_owner.pop(lease_id)].nack(lease_id.split(":", 1)[1])
+
+
+def _spy_batches(loop: TrainerLoop) -> list[list[bool]]:
+    """is_expert of every batch the engine trains on."""
+    seen: list[list[bool]] = []
+    train_step = loop.engine.train_step
+
+    def spy(batch):
+        seen.append(batch.train.is_expert.tolist())
+        return train_step(batch)
+
+    loop.engine.train_step = spy  # type: ignore[method-assign]
+    return seen
+
+
+async def test_mix_strategy_reads_expert_rows_from_the_auxiliary_buffer_and_marks_them(
+    tmp_path: pathlib.Path,
+) -> None:
+    # batch 4, expert_data_ratio 0.25 -> ceil(0.25 * 4) = 1 expert row and 3 usual rows per step
+    cfg = _cfg(tmp_path, total_steps=2).model_copy(deep=True)
+    cfg.algorithm.sample_strategy = "mix"
+    cfg.algorithm.sample_strategy_args = {"expert_data_ratio": 0.25, "sft_dataset_name": "expert"}
+    cfg.buffer.trainer_input.auxiliary_buffers = {
+        "expert": cfg.buffer.trainer_input.experience_buffer.model_copy(update={"name": "expert_data"})
+    }
+    buffers = NamedBuffers(
+        {
+            "experience_buffer": FakeBuffer(rows=_fixed_rows(2)),
+            "expert_data": FakeBuffer(rows=_fixed_rows(2, 5)),
+        }
+    )
+    built = build_engine(cfg, device="cpu")
+    loop = TrainerLoop(cfg, built.engine, built.tokenizer, buffers, state=built.state)
+    seen = _spy_batches(loop)
+    await loop.run()
+    assert buffers.reads == [("experience_buffer", 3, 0), ("expert_data", 1, 0)] * 2
+    assert seen == [[False, False, False, True]] * 2
+    assert loop.cursor.per_buffer == {"experience_buffer": 6, "expert_data": 2}
+    assert not any(q.leased for q in buffers.queues.values())  # every lease of both buffers acked
+
+
+async def test_staleness_control_asks_for_fresh_rows_and_never_trains_older_ones(
+    tmp_path: pathlib.Path,
+) -> None:
+    # max_staleness 1: the step about to run is s = engine.step + 1 and rows need version >= s - 1.
+    # step 1 -> min 0 (all rows qualify), step 2 -> min 1, step 3 -> min 2.
+    cfg = _cfg(tmp_path, total_steps=3).model_copy(deep=True)
+    cfg.algorithm.sample_strategy = "staleness_control"
+    cfg.algorithm.sample_strategy_args = {"max_staleness": 1}
+    rows = [experience("1+2=", "3", task_id=f"v{v}-{i}", version=v) for v in (0, 0, 1, 2) for i in range(4)]
+    buffers = NamedBuffers({"experience_buffer": FakeBuffer(rows=rows)})
+    loop = await _run(cfg, buffers)  # type: ignore[arg-type]
+    assert [min_version for _, _, min_version in buffers.reads] == [0, 1, 2]
+    trained = rows_of(pathlib.Path(loop.progress_path).read_text().splitlines())
+    # step 1 takes the first 4 v0 rows; step 2 skips the other 4 v0 rows (stale) and takes the v1 rows
+    assert [key.split("/")[1].split("-")[0] for key in trained] == ["v0"] * 4 + ["v1"] * 4 + ["v2"] * 4
