@@ -60,3 +60,17 @@ def test_one_sample_per_task_gives_mean_at_1_only():
         {"eval/t/reward/mean@1": 2 / 3, "eval/t/accuracy/mean@1": 2 / 3, "eval/t/tasks": 3.0}
     )
     assert score_results("t", []) == {}
+
+
+def test_pass_rates_per_task_from_accuracy_or_positive_reward():
+    from services.explorer.explorer import pass_rates
+
+    # task a: accuracy metric [1, 0, 1] -> 2/3; task b: no accuracy, rewards [0.5, -1] -> share > 0 = 1/2
+    b0 = Experience(tokens=np.array([1, 2]), prompt_length=1, model_version=0, reward=0.5)
+    b1 = Experience(tokens=np.array([1, 2]), prompt_length=1, model_version=0, reward=-1.0)
+    results = [
+        UnitResult(Task(task_id="a"), None, [sample(1.0, 1.0), sample(0.0, 0.0), sample(1.0, 1.0)]),
+        UnitResult(Task(task_id="b"), 0, [b0]),
+        UnitResult(Task(task_id="b"), 1, [b1]),
+    ]
+    assert pass_rates(results) == pytest.approx({"a": 2 / 3, "b": 0.5})
