@@ -8,6 +8,12 @@ stage's final weights. A child that dies unexpectedly is restarted (up to `max_r
 the services resume from the buffer's cursors and the trainer's latest checkpoint. Ctrl-C stops
 everything (SIGTERM, then SIGKILL after the grace). Re-running the same command continues an
 unfinished run (continue_from_checkpoint) and skips finished stages.
+
+Modes: `both` runs trainer and explorer, `train` the trainer alone (file datasets, or a queue
+filled by other writers), `explore` the explorer alone (rollouts into the buffer, no weight
+sync), `bench` no worker: every full checkpoint of the run dir is scored in order (only the
+latest with explorer.bench_on_latest_checkpoint), and is re-scored each time it is run. A run
+without stages is named in the summary by its name, plus `:<mode>` unless the mode is `both`.
 """
 
 from __future__ import annotations
@@ -89,13 +95,20 @@ def preflight(cfg: TrinityConfig) -> None:
     from services.trainer.algorithms.builder import build_algorithm
 
     for index, stage in enumerate(cfg.stage_configs):
+        where = f"stages[{index}] ({cfg.stages[index].stage_name}): " if cfg.stages else ""
+        prefix = f"stages[{index}]." if cfg.stages else ""
+        if stage.mode == "bench" and not stage.buffer.explorer_input.eval_tasksets:
+            raise ConfigError(
+                f"{where}mode bench scores the eval tasksets, and there are none; "
+                "add buffer.explorer_input.eval_tasksets",
+                field=f"{prefix}buffer.explorer_input.eval_tasksets",
+            )
         if "trainer" not in WORKERS_OF_MODE[stage.mode]:
             continue
         try:
             build_algorithm(stage.algorithm)
         except TrinityError as exc:
-            where = f"stages[{index}] ({cfg.stages[index].stage_name}): " if cfg.stages else ""
-            field = f"stages[{index}].{exc.field}" if cfg.stages and exc.field else exc.field
+            field = f"{prefix}{exc.field}" if exc.field else exc.field
             raise ConfigError(f"{where}{exc}", field=field) from exc
 
 
@@ -206,6 +219,10 @@ class StageRunner:
                 await self.start(name)
                 say(f"{name} is SERVING at {self.cfg.services.endpoint(name).address}")  # type: ignore[arg-type]
             has_eval = bool(self.cfg.buffer.explorer_input.eval_tasksets)
+            if self.cfg.mode == "bench":
+                entry["eval"] = await self.bench_checkpoints()
+                entry["status"] = "complete"
+                return 0
             if has_eval and "start" not in entry["eval"]:
                 entry["eval"]["start"] = await self.bench("start")
                 save()
@@ -230,9 +247,40 @@ class StageRunner:
     async def bench(self, when: str) -> dict[str, float]:
         """Score the eval tasksets with an explorer in bench mode (starting weights, or the latest checkpoint)."""
         say(f"evaluating ({when} of stage)")
+        records = await self._run_bench_explorer(latest_only=True)
+        scores = st.main_first(records[-1]["scores"])
+        first = next(iter(scores))
+        say(f"eval {when}: {first} = {scores[first]:.4f} (model version {records[-1]['model_version']})")
+        return scores
+
+    async def bench_checkpoints(self) -> dict[str, Any]:
+        """mode bench: score every full checkpoint of the run in order (only the latest with
+        explorer.bench_on_latest_checkpoint; the model itself when there is none).
+
+        Returns the summary's eval entry: start = the first version scored, end = the last, and
+        `by_version` = {version: scores} for each.
+        """
+        latest_only = self.cfg.explorer.bench_on_latest_checkpoint
+        say(f"evaluating {'the latest checkpoint' if latest_only else 'every checkpoint in order'}")
+        records = await self._run_bench_explorer(latest_only=latest_only)
+        by_version = {str(r["model_version"]): st.main_first(r["scores"]) for r in records}
+        for version, scores in by_version.items():
+            first = next(iter(scores))
+            say(f"eval of model version {version}: {first} = {scores[first]:.4f}")
+        return {
+            "start": st.main_first(records[0]["scores"]),
+            "end": st.main_first(records[-1]["scores"]),
+            "by_version": by_version,
+        }
+
+    async def _run_bench_explorer(self, *, latest_only: bool) -> list[dict[str, Any]]:
+        """Run an explorer in bench mode to its end; the eval records it appended, in order."""
         before = len(st.eval_records(self.cfg))
         child = await self.start(
-            "explorer", "mode=bench", "explorer.bench_on_latest_checkpoint=true", label="explorer-bench"
+            "explorer",
+            "mode=bench",
+            f"explorer.bench_on_latest_checkpoint={str(latest_only).lower()}",
+            label="explorer-bench",
         )
         code = await child.proc.wait()
         await self.stop("explorer-bench")
@@ -241,10 +289,7 @@ class StageRunner:
         records = st.eval_records(self.cfg)[before:]
         if not records:
             raise RuntimeError("the bench explorer recorded no eval scores")
-        scores = st.main_first(records[-1]["scores"])
-        first = next(iter(scores))
-        say(f"eval {when}: {first} = {scores[first]:.4f} (model version {records[-1]['model_version']})")
-        return scores
+        return records
 
     async def run_workers(self, workers: Sequence[str]) -> int:
         for name in workers:
@@ -302,7 +347,11 @@ class StageRunner:
             self.cfg.services.buffer.address, services_cfg=self.cfg.services
         ) as buffer:
             stats = await buffer.stats(name)
-        steps, trained, _ = st.trained_rows(self.cfg)
+        # The run dir may hold an earlier run's trainer progress (train, then explore): count it only
+        # when this run trains.
+        steps, trained, _ = (
+            st.trained_rows(self.cfg) if "trainer" in WORKERS_OF_MODE[self.cfg.mode] else (0, 0, [])
+        )
         entry["steps"] = steps
         if experience_buffer.storage_type == "file":
             # A dataset: rows are read, not written; nothing waits in a queue.
@@ -341,12 +390,12 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
     summary = st.load_summary(root)
     previous: TrinityConfig | None = None
     for index, stage in enumerate(cfg.stage_configs):
-        label = cfg.stages[index].stage_name if cfg.stages else cfg.name
+        label = cfg.stages[index].stage_name if cfg.stages else st.run_label(cfg)
         user_model = bool(cfg.stages and "model_path" in (cfg.stages[index].model or {}))
         stage = resolve_ports(st.chain_model(stage, previous, user_model))
         previous = stage
         entry = st.stage_entry(summary, label)
-        if entry["status"] == "complete":
+        if entry["status"] == "complete" and stage.mode != "bench":  # a bench re-scores what is there now
             say(f"stage {index + 1}/{len(cfg.stage_configs)} {label} already complete; skipping")
             continue
         path = os.path.join(stage.run_dir, "config.resolved.yaml")

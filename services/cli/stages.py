@@ -30,12 +30,27 @@ def save_summary(root_run_dir: str, summary: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def run_label(cfg: TrinityConfig) -> str:
+    """Summary name of a run without stages: its name, plus the mode unless it is `both`.
+
+    A `train` run followed by `bench` (or `explore`) on the same run dir, as Trinity users do,
+    gets one summary entry per mode instead of the second being skipped as already complete.
+    """
+    return cfg.name if cfg.mode == "both" else f"{cfg.name}:{cfg.mode}"
+
+
 def stage_entry(summary: dict[str, Any], name: str) -> dict[str, Any]:
     for entry in summary["stages"]:
         if entry["name"] == name:
             return entry
-    entry = {"name": name, "status": "pending", "eval": {}, "steps": 0,
-             "experiences": {"written": 0, "trained": 0, "buffered": 0}, "wall_s": 0.0}
+    entry = {
+        "name": name,
+        "status": "pending",
+        "eval": {},
+        "steps": 0,
+        "experiences": {"written": 0, "trained": 0, "buffered": 0},
+        "wall_s": 0.0,
+    }
     summary["stages"].append(entry)
     return entry
 
@@ -60,7 +75,9 @@ def chain_model(stage: TrinityConfig, previous: TrinityConfig | None, user_set_m
         if previous.model.model_path == stage.model.model_path:
             return stage
         path = previous.model.model_path
-        model = stage.model.model_copy(update={"model_path": path, "tokenizer_path": previous.model.tokenizer_path})
+        model = stage.model.model_copy(
+            update={"model_path": path, "tokenizer_path": previous.model.tokenizer_path}
+        )
         return stage.model_copy(update={"model": model})
     model = stage.model.model_copy(update={"model_path": path, "tokenizer_path": None})
     return stage.model_copy(update={"model": model})
@@ -128,5 +145,7 @@ def eval_chain(summary: dict[str, Any], key: str) -> str:
     stages = summary["stages"]
     first = stages[0]["eval"].get("start", {}) if stages else {}
     parts = [f"start {first[key]:.3f}"] if key in first else []
-    parts += [f"{st['name']} {st['eval']['end'][key]:.3f}" for st in stages if key in st["eval"].get("end", {})]
+    parts += [
+        f"{st['name']} {st['eval']['end'][key]:.3f}" for st in stages if key in st["eval"].get("end", {})
+    ]
     return f"{key}: {' -> '.join(parts)}"

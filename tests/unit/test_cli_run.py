@@ -279,9 +279,26 @@ def test_preflight_skips_stages_that_do_not_train(make_cfg: MakeConfig) -> None:
     # An explore-only (or bench) stage builds no algorithm, so its algorithm args are not checked.
     cfg = make_cfg(
         "algorithm:\n  algorithm_type: sft\n  advantage_fn_args: {std_threshold: 0.0}\n"
+        "buffer:\n  explorer_input:\n    eval_tasksets: [{name: e, path: e.jsonl}]\n"
         "stages:\n  - stage_name: look\n    mode: explore\n  - stage_name: score\n    mode: bench\n"
     )
     run.preflight(cfg)
+
+
+def test_preflight_rejects_a_bench_with_nothing_to_score(make_cfg: MakeConfig) -> None:
+    cfg = make_cfg("stages:\n  - stage_name: train\n    mode: train\n  - stage_name: score\n    mode: bench\n")
+    with pytest.raises(ConfigError) as info:
+        run.preflight(cfg)
+    assert info.value.field == "stages[1].buffer.explorer_input.eval_tasksets"
+    assert "stages[1] (score)" in str(info.value)
+
+
+def test_a_run_without_stages_is_named_by_its_mode_unless_both(make_cfg: MakeConfig) -> None:
+    from services.cli import stages as st
+
+    assert st.run_label(make_cfg("name: exp\n")) == "exp"
+    assert st.run_label(make_cfg("name: exp\nmode: bench\n")) == "exp:bench"
+    assert st.run_label(make_cfg("name: exp\nmode: train\n")) == "exp:train"
 
 
 def test_preflight_passes_valid_stages(make_cfg: MakeConfig) -> None:

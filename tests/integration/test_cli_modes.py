@@ -1,0 +1,114 @@
+"""`trinity run` in the modes other than `both`, through the real CLI on one run dir, as a Trinity
+user runs them: `train` (SFT on a file dataset, checkpoints at steps 2 and 4), then `bench` on the
+same run (every checkpoint scored in order, then only the latest), then `explore` (rollouts into
+the queue, nobody trains them)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+import yaml
+
+from services.models.arith import ArithSpec, generate, write_jsonl
+from tests.conftest import TRINITY
+
+pytestmark = pytest.mark.slow
+PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
+
+
+def trinity_run(config: pathlib.Path, *overrides: str) -> str:
+    args = [str(TRINITY), "run", "--config", str(config)]
+    for item in overrides:
+        args += ["--set", item]
+    done = subprocess.run(args, cwd=config.parent, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.timeout(600)
+def test_train_then_bench_then_explore_on_one_run(tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "tasks.jsonl"
+    write_jsonl(generate(ArithSpec(digits=2), 64, seed=3), data)
+    fmt = {"prompt_key": "question", "response_key": "answer"}
+    cfg = {
+        "project": "modes",
+        "name": "run",
+        "checkpoint_root_dir": str(tmp_path / "runs"),
+        "model": {"model_path": "builtin:tiny-arith", "max_prompt_tokens": 8, "max_response_tokens": 4},
+        "algorithm": {"algorithm_type": "sft", "repeat_times": 2},
+        "buffer": {
+            "batch_size": 4,
+            "train_batch_size": 8,
+            "total_steps": 4,
+            "explorer_input": {
+                "taskset": {
+                    "name": "tasks",
+                    "path": str(data),
+                    "format": fmt,
+                    "default_workflow_type": "arith_workflow",
+                    "rollout_args": {"temperature": 1.0, "max_tokens": 4},
+                },
+                "eval_tasksets": [
+                    {
+                        "name": "eval",
+                        "path": str(data),
+                        "format": fmt,
+                        "default_workflow_type": "arith_workflow",
+                        "rollout_args": {"temperature": 0.0, "max_tokens": 4},
+                    }
+                ],
+            },
+            "trainer_input": {
+                "experience_buffer": {"name": "sft", "storage_type": "file", "path": str(data), "format": fmt}
+            },
+        },
+        "explorer": {"eval_on_startup": False},
+        "trainer": {"save_interval": 2},
+        "monitor": {"monitor_type": "none"},
+        "services": {**PORTS, "shutdown_grace_s": 3},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run_dir = tmp_path / "runs" / "modes" / "run"
+    summary = lambda: {s["name"]: s for s in json.loads((run_dir / "summary.json").read_text())["stages"]}  # noqa: E731
+
+    trinity_run(config, "mode=train")
+    train = summary()["run:train"]
+    assert train["status"] == "complete" and train["steps"] == 4 and train["experiences"]["trained"] == 32
+    key = "eval/eval/accuracy/mean@1"
+
+    out = trinity_run(config, "mode=bench")
+    bench = summary()["run:bench"]
+    assert list(bench["eval"]["by_version"]) == ["2", "4"]  # every full checkpoint, in order
+    assert bench["eval"]["start"] == bench["eval"]["by_version"]["2"]
+    assert bench["eval"]["end"] == bench["eval"]["by_version"]["4"]
+    assert bench["eval"]["end"][key] == train["eval"]["end"][key]  # the same weights score the same (greedy)
+    assert "eval of model version 2: " in out and "eval of model version 4: " in out
+    versions = [
+        r["model_version"]
+        for r in map(json.loads, (run_dir / "eval" / "results.jsonl").read_text().splitlines())
+    ]
+    assert versions[-2:] == [2, 4]
+
+    trinity_run(config, "mode=bench", "explorer.bench_on_latest_checkpoint=true")  # re-scored, not skipped
+    assert list(summary()["run:bench"]["eval"]["by_version"]) == ["4"]
+
+    trinity_run(
+        config,
+        "mode=explore",
+        "buffer.trainer_input.experience_buffer.storage_type=queue",
+        "buffer.trainer_input.experience_buffer.name=rollouts",
+        "buffer.trainer_input.experience_buffer.path=null",
+        "buffer.total_steps=2",
+    )
+    explore = summary()["run:explore"]
+    # 2 steps x 4 tasks x 2 rollouts written; nobody trains in explore mode, so all are still buffered
+    assert explore["experiences"] == {
+        "written": 16,
+        "trained": 0,
+        "buffered": 16,
+    }
+    assert set(summary()) == {"run:train", "run:bench", "run:explore"}
