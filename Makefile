@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 
-.PHONY: all setup demo test protos lint bench clean
+.PHONY: all setup demo test protos proto-baseline lint bench clean
 
 all: test
 
@@ -36,6 +36,10 @@ test: $(STAMP)
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py
+
+# After an additive proto change: rebuild tests/contract/baseline/ (refused when buf breaking fails).
+proto-baseline: $(STAMP)
+	$(BIN)/python scripts/proto_baseline.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check services tests benchmarks scripts examples

@@ -38,6 +38,58 @@ def test_no_breaking_change_against_committed_baseline() -> None:
     assert result.returncode == 0, "breaking change against the baseline:\n" + result.stdout + result.stderr
 
 
+def test_baseline_covers_every_message_field_and_rpc(tmp_path: pathlib.Path) -> None:
+    # The breaking check only protects what the baseline holds: an added field or RPC is unprotected
+    # until the baseline is refreshed, so an additive change must come with a refresh.
+    from scripts.proto_baseline import REFRESH_COMMAND, build_image, declared_names
+
+    current = tmp_path / "current.binpb"
+    build_image(current, BUF)
+    missing = sorted(declared_names(current) - declared_names(BASELINE))
+    assert not missing, (
+        f"protos/ declares {len(missing)} names the committed baseline lacks, so the breaking-change check "
+        f"does not protect them; run `{REFRESH_COMMAND}` (it refuses when the change is breaking) and commit "
+        f"{BASELINE.relative_to(REPO)}:\n  " + "\n  ".join(missing)
+    )
+
+
+def test_baseline_names_include_fields_rpcs_and_enum_values() -> None:
+    from scripts.proto_baseline import declared_names
+
+    names = declared_names(BASELINE)
+    assert "field trinity_grpc.common.v1.Experience.prompt_length = 2" in names
+    assert "rpc trinity_grpc.buffer.v1.BufferService.Write" in names
+    assert any(name.startswith("enum value trinity_grpc.") for name in names)
+    assert not any("google.protobuf" in name for name in names), "imports are not ours to version"
+
+
+def test_baseline_refresh_refuses_a_breaking_change(tmp_path: pathlib.Path) -> None:
+    # A baseline holding a field that protos/ lacks: refreshing it would hide a removal.
+    from scripts.proto_baseline import refresh
+
+    tree = _mutated_tree(
+        tmp_path / "tree",
+        lambda t: t.replace("  Array logprobs = 3;\n", "  Array logprobs = 3;\n  int64 gone = 99;\n", 1),
+    )
+    stale = tmp_path / "stale.binpb"
+    assert buf("build", "-o", str(stale), cwd=tree).returncode == 0
+    before = stale.read_bytes()
+    assert refresh(stale, BUF) == 1
+    assert stale.read_bytes() == before, "a refused refresh must leave the baseline alone"
+
+
+def test_baseline_refresh_accepts_an_additive_change(tmp_path: pathlib.Path) -> None:
+    from scripts.proto_baseline import build_image, declared_names, refresh
+
+    tree = _mutated_tree(tmp_path / "tree", lambda t: t.replace("  Array logprobs = 3;\n", "", 1))
+    older = tmp_path / "older.binpb"  # protos/ adds logprobs to it, which is additive
+    assert buf("build", "-o", str(older), cwd=tree).returncode == 0
+    assert refresh(older, BUF) == 0
+    current = tmp_path / "current.binpb"
+    build_image(current, BUF)
+    assert declared_names(older) == declared_names(current)
+
+
 def _mutated_tree(tmp_path: pathlib.Path, edit) -> pathlib.Path:  # type: ignore[no-untyped-def]
     shutil.copytree(PROTOS, tmp_path / "protos")
     shutil.copy(REPO / "buf.yaml", tmp_path / "buf.yaml")
@@ -52,9 +104,17 @@ def _mutated_tree(tmp_path: pathlib.Path, edit) -> pathlib.Path:  # type: ignore
 @pytest.mark.parametrize(
     ("mutation", "edit", "expected"),
     [
-        ("renumber", lambda t: t.replace("int64 prompt_length = 2;", "int64 prompt_length = 42;"), "prompt_length"),
+        (
+            "renumber",
+            lambda t: t.replace("int64 prompt_length = 2;", "int64 prompt_length = 42;"),
+            "prompt_length",
+        ),
         ("remove", lambda t: t.replace("  Array logprobs = 3;\n", ""), "logprobs"),
-        ("retype", lambda t: t.replace("optional double reward = 5;", "optional float reward = 5;"), "reward"),
+        (
+            "retype",
+            lambda t: t.replace("optional double reward = 5;", "optional float reward = 5;"),
+            "reward",
+        ),
     ],
 )
 def test_breaking_check_catches(tmp_path: pathlib.Path, mutation: str, edit, expected: str) -> None:  # type: ignore[no-untyped-def]
@@ -68,7 +128,9 @@ def test_generated_stubs_are_fresh(tmp_path: pathlib.Path) -> None:
     from scripts.gen_protos import generate
 
     generate(tmp_path)
-    fresh = {p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "trinity_grpc").rglob("*") if p.is_file()}
+    fresh = {
+        p.relative_to(tmp_path): p.read_bytes() for p in (tmp_path / "trinity_grpc").rglob("*") if p.is_file()
+    }
     committed_root = REPO / "gen"
     committed = {
         p.relative_to(committed_root): p.read_bytes()
