@@ -29,11 +29,15 @@ async def list_services(address: str) -> list[str]:
 
 
 @pytest.mark.parametrize("service", ["buffer", "synchronizer"])
-async def test_serve_answers_health_and_reflection_then_exits_zero_on_sigterm(make_config, tmp_path, service) -> None:
+async def test_serve_answers_health_and_reflection_then_exits_zero_on_sigterm(
+    make_config, tmp_path, service
+) -> None:
     config, data = make_config()
     address = f"127.0.0.1:{data['services'][service]['port']}"
     log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen([str(TRINITY), "serve", service, "--config", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(TRINITY), "serve", service, "--config", str(config)], stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         await wait_healthy(address, 60, alive=lambda: proc.poll() is None)
         names = await list_services(address)
@@ -64,7 +68,8 @@ def test_health_probe_fails_against_a_stopped_server(make_config) -> None:
     _, data = make_config()
     result = subprocess.run(
         [str(TRINITY), "health", f"127.0.0.1:{data['services']['buffer']['port']}", "--timeout", "1"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1 and result.stdout.strip() == "UNREACHABLE"
 
@@ -72,6 +77,8 @@ def test_health_probe_fails_against_a_stopped_server(make_config) -> None:
 def test_serve_rejects_a_bad_config_naming_the_key(tmp_path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("services:\n  buffer:\n    prot: 1\n")
-    result = subprocess.run([str(TRINITY), "serve", "buffer", "--config", str(bad)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(TRINITY), "serve", "buffer", "--config", str(bad)], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert "services.buffer.prot" in result.stderr

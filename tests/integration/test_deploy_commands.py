@@ -44,6 +44,7 @@ RUNNABLE = ("buffer", "synchronizer")
 
 # --- a sandbox that stands in for the machine/container the artifact describes -------------------
 
+
 class Sandbox:
     """Temp root for the artifact's absolute paths, plus the artifact's config with free ports."""
 
@@ -59,7 +60,9 @@ class Sandbox:
         self.ports = {name: data["services"][name]["port"] for name in SERVICES}
         for path, text in files.items():
             self.write(path, text)
-        self.config = self.write("/etc/trinity-grpc/config.yaml", self.map_text(yaml.safe_dump(data, sort_keys=False)))
+        self.config = self.write(
+            "/etc/trinity-grpc/config.yaml", self.map_text(yaml.safe_dump(data, sort_keys=False))
+        )
         self.config_data = data
 
     def write(self, path: str, text: str) -> pathlib.Path:
@@ -118,7 +121,9 @@ class Launch:
 
 def run_health(launch: Launch) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **launch.env}
-    return subprocess.run(launch.sandbox.argv(launch.health_argv), capture_output=True, text=True, env=env, timeout=30)
+    return subprocess.run(
+        launch.sandbox.argv(launch.health_argv), capture_output=True, text=True, env=env, timeout=30
+    )
 
 
 async def exercise(launches: list[Launch]) -> None:
@@ -131,8 +136,12 @@ async def exercise(launches: list[Launch]) -> None:
         env = {**base_env, "PYTHONUNBUFFERED": "1", **launch.env}
         with open(launch.log, "wb") as out:
             launch.proc = subprocess.Popen(
-                launch.sandbox.argv(launch.argv), env=env, cwd=launch.sandbox.root, stdout=out,
-                stderr=subprocess.STDOUT, start_new_session=True,
+                launch.sandbox.argv(launch.argv),
+                env=env,
+                cwd=launch.sandbox.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     async def healthy(launch: Launch) -> None:
@@ -175,6 +184,7 @@ async def exercise(launches: list[Launch]) -> None:
 
 
 # --- systemd ---------------------------------------------------------------------------------------
+
 
 def read_unit(path: pathlib.Path) -> list[tuple[str, str, str]]:
     """(section, key, value) of a unit file, in order (keys repeat)."""
@@ -228,14 +238,17 @@ def systemd_command(instance: str) -> tuple[list[str], dict[str, str]]:
 
 
 def systemd_sandbox(tmp_path: pathlib.Path) -> Sandbox:
-    return Sandbox(tmp_path, (DEPLOY / "systemd" / "config.yaml").read_text(),
-                   {"/var/lib/trinity-grpc/data/tasks.jsonl": (DEPLOY / "compose" / "data" / "tasks.jsonl").read_text()})
+    return Sandbox(
+        tmp_path,
+        (DEPLOY / "systemd" / "config.yaml").read_text(),
+        {"/var/lib/trinity-grpc/data/tasks.jsonl": (DEPLOY / "compose" / "data" / "tasks.jsonl").read_text()},
+    )
 
 
 def dockerfile_entrypoint() -> list[str]:
     for line in (DEPLOY / "compose" / "Dockerfile").read_text().splitlines():
         if line.startswith("ENTRYPOINT "):
-            return list(yaml.safe_load(line[len("ENTRYPOINT "):]))
+            return list(yaml.safe_load(line[len("ENTRYPOINT ") :]))
     raise AssertionError("Dockerfile has no ENTRYPOINT")
 
 
@@ -248,23 +261,39 @@ def compose_sandbox(tmp_path: pathlib.Path) -> tuple[Sandbox, dict]:
             source, target = volume.split(":")[:2]
             local = compose_dir / source
             if source.startswith(".") and local.is_dir():
-                files.update({f"{target}/{p.relative_to(local)}": p.read_text() for p in local.rglob("*") if p.is_file()})
+                files.update(
+                    {
+                        f"{target}/{p.relative_to(local)}": p.read_text()
+                        for p in local.rglob("*")
+                        if p.is_file()
+                    }
+                )
     return Sandbox(tmp_path, (compose_dir / "config.yaml").read_text(), files), compose
 
 
 def k8s_docs() -> list[dict]:
-    return [doc for f in sorted((DEPLOY / "k8s").glob("*.yaml")) for doc in yaml.safe_load_all(f.read_text()) if doc]
+    return [
+        doc
+        for f in sorted((DEPLOY / "k8s").glob("*.yaml"))
+        for doc in yaml.safe_load_all(f.read_text())
+        if doc
+    ]
 
 
 def k8s_sandbox(tmp_path: pathlib.Path) -> Sandbox:
-    config_map = next(d for d in k8s_docs() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "trinity-config")
-    files = {f"/etc/trinity-grpc/{key}": text for key, text in config_map["data"].items() if key != "config.yaml"}
+    config_map = next(
+        d for d in k8s_docs() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "trinity-config"
+    )
+    files = {
+        f"/etc/trinity-grpc/{key}": text for key, text in config_map["data"].items() if key != "config.yaml"
+    }
     return Sandbox(tmp_path, config_map["data"]["config.yaml"], files)
 
 
 def k8s_container(component: str) -> tuple[dict, dict]:
     workload = next(
-        d for d in k8s_docs()
+        d
+        for d in k8s_docs()
         if d["kind"] in ("StatefulSet", "Deployment", "Job")
         and d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == component
     )
@@ -273,7 +302,11 @@ def k8s_container(component: str) -> tuple[dict, dict]:
 
 def k8s_env(container: dict, pod_name: str) -> dict[str, str]:
     """Container env as the kubelet would set it (fieldRefs get plausible values)."""
-    field_values = {"metadata.name": pod_name, "metadata.namespace": "trinity-grpc", "status.podIP": "127.0.0.1"}
+    field_values = {
+        "metadata.name": pod_name,
+        "metadata.namespace": "trinity-grpc",
+        "status.podIP": "127.0.0.1",
+    }
     env = {}
     for var in container.get("env", []):
         if "value" in var:
@@ -308,11 +341,10 @@ def served_service(argv: list[str]) -> str | None:
 
 def health_address(argv: list[str]) -> str | None:
     if "--" in argv:  # kubectl exec POD -- trinity health ADDRESS
-        argv = argv[argv.index("--") + 1:]
+        argv = argv[argv.index("--") + 1 :]
     if len(argv) >= 3 and argv[0].endswith("trinity") and argv[1] == "health":
         return argv[2]
     return None
-
 
 
 def notify_socket() -> tuple[socket.socket, str]:
@@ -331,10 +363,22 @@ def systemd_launches(tmp: pathlib.Path) -> list[Launch]:
         argv, env = systemd_command(service)
         assert argv[:3] == ["/opt/trinity-grpc/.venv/bin/trinity", "serve", service], argv
         sock, address = notify_socket()
-        health = next(a for f, a in comment_commands() if f.endswith("trinity-grpc@.service") and health_address(a))
+        health = next(
+            a for f, a in comment_commands() if f.endswith("trinity-grpc@.service") and health_address(a)
+        )
         health = [*health[:2], sandbox.map_port(f"127.0.0.1:{DEFAULT_PORTS[service]}")]
-        out.append(Launch(f"systemd:{service}", service, sandbox, argv, {**sandbox.env(env), "NOTIFY_SOCKET": address},
-                          health, tmp / f"systemd-{service}.log", notify=sock))
+        out.append(
+            Launch(
+                f"systemd:{service}",
+                service,
+                sandbox,
+                argv,
+                {**sandbox.env(env), "NOTIFY_SOCKET": address},
+                health,
+                tmp / f"systemd-{service}.log",
+                notify=sock,
+            )
+        )
     return out
 
 
@@ -347,8 +391,17 @@ def compose_launches(tmp: pathlib.Path) -> list[Launch]:
         test = spec["healthcheck"]["test"]
         assert test[0] == "CMD", test
         health = [test[1], test[2], sandbox.map_port(test[3]), *test[4:]]
-        out.append(Launch(f"compose:{service}", service, sandbox, dockerfile_entrypoint() + list(spec["command"]),
-                          sandbox.env(env), health, tmp / f"compose-{service}.log"))
+        out.append(
+            Launch(
+                f"compose:{service}",
+                service,
+                sandbox,
+                dockerfile_entrypoint() + list(spec["command"]),
+                sandbox.env(env),
+                health,
+                tmp / f"compose-{service}.log",
+            )
+        )
     return out
 
 
@@ -361,8 +414,17 @@ def k8s_launches(tmp: pathlib.Path) -> list[Launch]:
         argv = [expand_k8s(a, env) for a in container["command"] + container.get("args", [])]
         probe_port = container["readinessProbe"]["grpc"]["port"]
         health = ["trinity", "health", sandbox.map_port(f"127.0.0.1:{probe_port}")]
-        out.append(Launch(f"k8s:{component}", component, sandbox, argv, sandbox.env(env), health,
-                          tmp / f"k8s-{component}.log"))
+        out.append(
+            Launch(
+                f"k8s:{component}",
+                component,
+                sandbox,
+                argv,
+                sandbox.env(env),
+                health,
+                tmp / f"k8s-{component}.log",
+            )
+        )
     return out
 
 
@@ -388,14 +450,22 @@ def launched(tmp_path_factory) -> Iterator[dict[str, Launch]]:
 def test_artifact_command_serves_passes_its_health_check_and_exits_zero_on_sigterm(launched, name) -> None:
     launch = launched[name]
     cmd = shlex.join(launch.argv)
-    assert launch.start_error is None, f"{name}: `{cmd}` did not serve {launch.service}: {launch.start_error}\n{launch.log_tail()}"
+    assert launch.start_error is None, (
+        f"{name}: `{cmd}` did not serve {launch.service}: {launch.start_error}\n{launch.log_tail()}"
+    )
     before = launch.health_before
-    assert before is not None and before.returncode == 0 and before.stdout.strip() == "SERVING", (name, before)
+    assert before is not None and before.returncode == 0 and before.stdout.strip() == "SERVING", (
+        name,
+        before,
+    )
     assert launch.exit_code == 0, f"{name}: `{cmd}` exited {launch.exit_code} on SIGTERM\n{launch.log_tail()}"
     assert launch.status_after == "UNREACHABLE", (name, launch.status_after)
     if name.startswith("compose:"):  # the healthcheck command itself fails once the server is gone
         after = launch.health_after
-        assert after is not None and after.returncode == 1 and after.stdout.strip() == "UNREACHABLE", (name, after)
+        assert after is not None and after.returncode == 1 and after.stdout.strip() == "UNREACHABLE", (
+            name,
+            after,
+        )
 
 
 @pytest.mark.parametrize("service", RUNNABLE)
@@ -412,10 +482,17 @@ def test_systemd_started_service_sends_ready_to_notify_socket(launched, service)
 
 def test_every_deploy_file_that_starts_a_service_says_how_in_a_comment() -> None:
     files = {f for f, _ in comment_commands()}
-    for name in ("deploy/systemd/trinity-grpc@.service", "deploy/systemd/trainer-torchrun.conf.example",
-                 "deploy/compose/Dockerfile", "deploy/compose/compose.yaml", "deploy/compose/compose.gpu.yaml",
-                 "deploy/k8s/buffer.yaml", "deploy/k8s/synchronizer.yaml", "deploy/k8s/trainer.yaml",
-                 "deploy/k8s/explorer.yaml"):
+    for name in (
+        "deploy/systemd/trinity-grpc@.service",
+        "deploy/systemd/trainer-torchrun.conf.example",
+        "deploy/compose/Dockerfile",
+        "deploy/compose/compose.yaml",
+        "deploy/compose/compose.gpu.yaml",
+        "deploy/k8s/buffer.yaml",
+        "deploy/k8s/synchronizer.yaml",
+        "deploy/k8s/trainer.yaml",
+        "deploy/k8s/explorer.yaml",
+    ):
         assert name in files, f"{name} gives no `#   $ command` line"
 
 
@@ -430,7 +507,9 @@ def structured_commands(launched: dict[str, Launch]) -> dict[str, list[list[str]
 COMMENT_SERVES = [(f, argv) for f, argv in comment_commands() if served_service(argv) in RUNNABLE]
 
 
-@pytest.mark.parametrize(("source", "argv"), COMMENT_SERVES, ids=[f"{f}:{served_service(a)}" for f, a in COMMENT_SERVES])
+@pytest.mark.parametrize(
+    ("source", "argv"), COMMENT_SERVES, ids=[f"{f}:{served_service(a)}" for f, a in COMMENT_SERVES]
+)
 def test_commented_serve_command_is_one_that_was_run(launched, source, argv) -> None:
     """A `$ trinity serve X ...` comment must be the very command the artifact runs (and the fixture ran)."""
     layout = source.split("/")[1]
@@ -444,27 +523,34 @@ def test_commented_serve_command_is_one_that_was_run(launched, source, argv) -> 
 COMMENT_HEALTH = [(f, argv) for f, argv in comment_commands() if health_address(argv)]
 
 
-@pytest.mark.parametrize(("source", "argv"), COMMENT_HEALTH, ids=[f"{f}:{health_address(a)}" for f, a in COMMENT_HEALTH])
+@pytest.mark.parametrize(
+    ("source", "argv"), COMMENT_HEALTH, ids=[f"{f}:{health_address(a)}" for f, a in COMMENT_HEALTH]
+)
 def test_commented_health_command_probes_a_port_of_the_layout_config(source, argv) -> None:
     address = health_address(argv)
     assert address is not None
     host, _, port = address.rpartition(":")
     assert host == "127.0.0.1" and int(port) in DEFAULT_PORTS.values(), (source, argv)
     layout = source.split("/")[1]
-    config = {"systemd": lambda: (DEPLOY / "systemd" / "config.yaml").read_text(),
-              "compose": lambda: (DEPLOY / "compose" / "config.yaml").read_text(),
-              "k8s": lambda: next(d for d in k8s_docs() if d["kind"] == "ConfigMap")["data"]["config.yaml"]}[layout]()
+    config = {
+        "systemd": lambda: (DEPLOY / "systemd" / "config.yaml").read_text(),
+        "compose": lambda: (DEPLOY / "compose" / "config.yaml").read_text(),
+        "k8s": lambda: next(d for d in k8s_docs() if d["kind"] == "ConfigMap")["data"]["config.yaml"],
+    }[layout]()
     ports = {v["port"] for k, v in yaml.safe_load(config)["services"].items() if k in DEFAULT_PORTS}
     assert int(port) in ports, (source, argv, ports)
 
 
 OTHER_COMMANDS = [
-    (f, argv) for f, argv in comment_commands()
+    (f, argv)
+    for f, argv in comment_commands()
     if pathlib.Path(argv[0]).name in ("trinity", "torchrun") and served_service(argv) not in RUNNABLE
 ]
 
 
-@pytest.mark.parametrize(("source", "argv"), OTHER_COMMANDS, ids=[f"{f}:{shlex.join(a)[:60]}" for f, a in OTHER_COMMANDS])
+@pytest.mark.parametrize(
+    ("source", "argv"), OTHER_COMMANDS, ids=[f"{f}:{shlex.join(a)[:60]}" for f, a in OTHER_COMMANDS]
+)
 def test_commented_trainer_explorer_and_tool_commands_parse(source, argv) -> None:
     """Commands not run here (torch, GPUs) must at least be valid `trinity` / torchrun command lines."""
     from services.cli.main import build_parser

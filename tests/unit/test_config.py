@@ -24,8 +24,13 @@ def test_embedded_default_is_valid() -> None:
     assert cfg.run_dir.endswith(f"{cfg.project}/{cfg.name}")
 
 
-def test_env_interpolation_with_default_and_override(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write(tmp_path, "project: p\ncheckpoint_root_dir: ${oc.env:TRINITY_TEST_ROOT,/tmp/default-root}\nname: ${project}-x\n")
+def test_env_interpolation_with_default_and_override(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path,
+        "project: p\ncheckpoint_root_dir: ${oc.env:TRINITY_TEST_ROOT,/tmp/default-root}\nname: ${project}-x\n",
+    )
     monkeypatch.delenv("TRINITY_TEST_ROOT", raising=False)
     assert load_config(path).checkpoint_root_dir == "/tmp/default-root"
     monkeypatch.setenv("TRINITY_TEST_ROOT", "/srv/runs")
@@ -44,8 +49,16 @@ def test_scientific_notation_is_a_float(tmp_path: pathlib.Path) -> None:
     [
         ("buffer:\n  batchsize: 3\n", "buffer.batchsize", "unknown key"),
         ("synchronizer:\n  sync_interval: often\n", "synchronizer.sync_interval", "valid integer"),
-        ("synchronizer:\n  sync_method: carrier_pigeon\n", "synchronizer.sync_method", "'nccl' or 'checkpoint'"),
-        ("explorer:\n  auxiliary_models:\n    - engine_num: 2\n", "explorer.auxiliary_models[0].model_path", "required"),
+        (
+            "synchronizer:\n  sync_method: carrier_pigeon\n",
+            "synchronizer.sync_method",
+            "'nccl' or 'checkpoint'",
+        ),
+        (
+            "explorer:\n  auxiliary_models:\n    - engine_num: 2\n",
+            "explorer.auxiliary_models[0].model_path",
+            "required",
+        ),
         ("buffer:\n  batch_size: 0\n", "buffer.batch_size", "greater than or equal to 1"),
         ("stages:\n  - mode: train\n", "stages[0].stage_name", "required"),
     ],
@@ -82,7 +95,9 @@ def test_stages_merge_over_globals_and_are_validated(tmp_path: pathlib.Path) -> 
 
 
 def test_overrides_apply_as_dotlist(tmp_path: pathlib.Path) -> None:
-    cfg = load_config(write(tmp_path, "buffer:\n  batch_size: 2\n"), ["buffer.batch_size=7", "services.buffer.port=6001"])
+    cfg = load_config(
+        write(tmp_path, "buffer:\n  batch_size: 2\n"), ["buffer.batch_size=7", "services.buffer.port=6001"]
+    )
     assert cfg.buffer.batch_size == 7 and cfg.services.buffer.port == 6001
 
 
@@ -94,15 +109,21 @@ def test_overrides_apply_as_dotlist(tmp_path: pathlib.Path) -> None:
         ("explorer:\n  rollout_model:\n    engin_type: vllm\n", "explorer.rollout_model.engin_type"),
     ],
 )
-def test_cli_config_check_exits_nonzero_naming_the_key(tmp_path: pathlib.Path, text: str, expected: str) -> None:
-    result = subprocess.run([str(TRINITY), "config", "check", str(write(tmp_path, text))], capture_output=True, text=True)
+def test_cli_config_check_exits_nonzero_naming_the_key(
+    tmp_path: pathlib.Path, text: str, expected: str
+) -> None:
+    result = subprocess.run(
+        [str(TRINITY), "config", "check", str(write(tmp_path, text))], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert expected in result.stderr
 
 
 def test_cli_config_check_accepts_a_good_file(tmp_path: pathlib.Path) -> None:
     result = subprocess.run(
-        [str(TRINITY), "config", "check", str(write(tmp_path, "mode: train\n"))], capture_output=True, text=True
+        [str(TRINITY), "config", "check", str(write(tmp_path, "mode: train\n"))],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     assert "OK" in result.stdout

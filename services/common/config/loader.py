@@ -39,7 +39,9 @@ def load_raw(path: str | os.PathLike[str] | None = None, overrides: Sequence[str
         data = OmegaConf.to_container(conf, resolve=True)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", "") or ""
-        raise ConfigError(f"cannot read {path}: {exc.msg if hasattr(exc, 'msg') else exc}", field=str(key)) from exc
+        raise ConfigError(
+            f"cannot read {path}: {exc.msg if hasattr(exc, 'msg') else exc}", field=str(key)
+        ) from exc
     except Exception as exc:  # yaml syntax errors
         raise ConfigError(f"cannot parse {path}: {exc}") from exc
     if data is None:
@@ -56,7 +58,9 @@ def validate_config(raw: dict[str, Any]) -> TrinityConfig:
     seen: set[str] = set()
     for index, stage in enumerate(cfg.stages):
         if stage.stage_name in seen:
-            raise ConfigError(f"duplicate stage_name {stage.stage_name!r}", field=f"stages[{index}].stage_name")
+            raise ConfigError(
+                f"duplicate stage_name {stage.stage_name!r}", field=f"stages[{index}].stage_name"
+            )
         seen.add(stage.stage_name)
         merged = _merge_stage(raw, stage.model_dump(exclude_none=True))
         stage_configs.append(_validate(merged, prefix=f"stages[{index}]."))
@@ -114,7 +118,9 @@ def _allowed_keys(loc: Sequence[Any]) -> list[str]:
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        field = (
+            model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        )
         if field is None:
             return []
         model = _model_of(field.annotation)
