@@ -70,6 +70,49 @@ def test_bad_config_names_the_key(tmp_path: pathlib.Path, text: str, path: str, 
     assert path in str(info.value) and fragment in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "explorer:\n  auxiliary_models:\n    - engine_num: 2\n",
+            "explorer.auxiliary_models[0].model_path: required value is missing (expected str: Hub id or local path.)",
+        ),
+        (
+            "data_processor:\n  experience_pipeline:\n    operators:\n      - args: {}\n",
+            "data_processor.experience_pipeline.operators[0].name: required value is missing (expected str: ",
+        ),
+        (
+            "stages:\n  - mode: train\n",
+            "stages[0].stage_name: required value is missing (expected str: Unique name",
+        ),
+    ],
+)
+def test_missing_value_names_the_expected_type(tmp_path: pathlib.Path, text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("loc", "expected"),
+    [
+        (("synchronizer", "sync_method"), "(expected one of 'nccl', 'checkpoint'"),
+        (("explorer", "rollout_model"), "(expected a mapping ("),
+        (
+            ("data_processor", "experience_pipeline", "operators"),
+            "(expected a list of OperatorConfig",
+        ),
+        (("no_such_section", "x"), "required value is missing"),
+    ],
+)
+def test_missing_value_message_names_allowed_values_and_sections(loc: tuple, expected: str) -> None:
+    from services.common.config.loader import format_error
+
+    line = format_error({"loc": loc, "type": "missing", "msg": "Field required"})
+    assert line.startswith(".".join(loc) + ": required value is missing")
+    assert expected in line
+
+
 def test_unknown_key_lists_allowed_keys(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, "trainer:\n  save_intervall: 3\n"))
@@ -107,6 +150,10 @@ def test_overrides_apply_as_dotlist(tmp_path: pathlib.Path) -> None:
         ("model:\n  max_prompt_tokens: lots\n", "model.max_prompt_tokens"),
         ("monitor:\n  monitor_type: wandbb\n", "monitor.monitor_type"),
         ("explorer:\n  rollout_model:\n    engin_type: vllm\n", "explorer.rollout_model.engin_type"),
+        (
+            "explorer:\n  auxiliary_models:\n    - engine_num: 2\n",
+            "explorer.auxiliary_models[0].model_path: required value is missing (expected str",
+        ),
     ],
 )
 def test_cli_config_check_exits_nonzero_naming_the_key(
