@@ -8,8 +8,18 @@ only addresses, ports and paths are changed: the absolute paths the artifacts us
 root, every host becomes 127.0.0.1 and every port a free one. Then `trinity health` must say SERVING,
 SIGTERM must end it with exit 0, and `trinity health` must fail afterwards.
 
-Buffer and synchronizer commands run; trainer and explorer commands (torch, GPUs) are checked for
-shape in the unit tests.
+The systemd and compose layouts run all four services from their own command lines, in one sandbox
+per layout (the configs are CPU ones: builtin:tiny-arith), in the order their supervisors start them
+(buffer and synchronizer healthy first, then trainer and explorer) and stopped in reverse order. Their
+sandbox config also raises buffer.total_epochs, so the job is still running when SIGTERM comes rather
+than ending by itself; SIGTERM comes once each trainer has trained at least one step.
+
+Checked for shape only: Kubernetes' trainer and explorer (the trainer is a two-node torchrun,
+`--nnodes=2 --master-addr=trinity-trainer-0...`, not reproducible on one machine without rewriting the
+command), and the single-node torchrun lines (systemd drop-in example, compose.gpu.yaml). Those would
+run on CPU with `--nproc-per-node=1`, but only as a second trainer after the first has stopped (~10 s
+more of torch start-up on a 2-core machine), and tests/integration/test_trainer_fsdp.py already runs
+the same `torchrun ... -m services.trainer --config F` with two CPU ranks.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from services.common.config.services import ServicesConfig
+from services.common.errors import TrinityError
 from services.common.health import check_health, wait_healthy
 from services.common.procs import free_port, stop_process
 
@@ -39,7 +51,10 @@ VENV_BIN = pathlib.Path(sys.executable).parent
 SERVICES = ("buffer", "synchronizer", "trainer", "explorer")
 DEFAULT_PORTS = {"buffer": 50051, "synchronizer": 50052, "trainer": 50053, "explorer": 50054}
 MAPPED_ROOTS = ("/etc/trinity-grpc", "/var/lib/trinity-grpc", "/var/cache/trinity-grpc")
-RUNNABLE = ("buffer", "synchronizer")
+RUNNABLE = ("buffer", "synchronizer")  # in every layout
+WORKERS = ("trainer", "explorer")  # in the systemd and compose layouts, after RUNNABLE is healthy
+# Long enough that trainer and explorer are mid-job when SIGTERM comes (4 tasks, batch 4: a step an epoch).
+STACK_OVERRIDES = {"buffer": {"total_epochs": 1000}}
 
 
 # --- a sandbox that stands in for the machine/container the artifact describes -------------------
@@ -48,9 +63,13 @@ RUNNABLE = ("buffer", "synchronizer")
 class Sandbox:
     """Temp root for the artifact's absolute paths, plus the artifact's config with free ports."""
 
-    def __init__(self, tmp: pathlib.Path, config_text: str, files: dict[str, str]) -> None:
+    def __init__(
+        self, tmp: pathlib.Path, config_text: str, files: dict[str, str], overrides: dict | None = None
+    ) -> None:
         self.root = tmp / "root"
         data = yaml.safe_load(config_text)
+        for section, values in (overrides or {}).items():
+            data.setdefault(section, {}).update(values)
         self.port_map: dict[int, int] = {}
         for name in SERVICES:
             endpoint = data.setdefault("services", {}).setdefault(name, {})
@@ -110,6 +129,7 @@ class Launch:
     status_after: str | None = None
     health_after: subprocess.CompletedProcess[str] | None = None
     notified: list[str] = dataclasses.field(default_factory=list)
+    steps: int | None = None  # trainers: GetInfo's step when SIGTERM was sent
 
     @property
     def address(self) -> str:
@@ -126,37 +146,48 @@ def run_health(launch: Launch) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def exercise(launches: list[Launch]) -> None:
-    """Start all, wait SERVING, run each artifact's health command, SIGTERM all, probe again.
-
-    All at once: the machine is small and each start is mostly Python start-up time.
-    """
+def start(launch: Launch) -> None:
     base_env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
-    for launch in launches:
-        env = {**base_env, "PYTHONUNBUFFERED": "1", **launch.env}
-        with open(launch.log, "wb") as out:
-            launch.proc = subprocess.Popen(
-                launch.sandbox.argv(launch.argv),
-                env=env,
-                cwd=launch.sandbox.root,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    env = {**base_env, "PYTHONUNBUFFERED": "1", **launch.env}
+    with open(launch.log, "wb") as out:
+        launch.proc = subprocess.Popen(
+            launch.sandbox.argv(launch.argv),
+            env=env,
+            cwd=launch.sandbox.root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
-    async def healthy(launch: Launch) -> None:
-        proc = launch.proc
-        assert proc is not None
+
+async def healthy(launch: Launch) -> None:
+    proc = launch.proc
+    assert proc is not None
+    try:
+        await wait_healthy(launch.address, 90, alive=lambda: proc.poll() is None)
+    except (RuntimeError, TimeoutError) as exc:
+        launch.start_error = str(exc)
+
+
+async def wait_step(launch: Launch, timeout: float = 90) -> None:
+    """Wait until the service's GetInfo says step ≥ 1 (a trainer step needs an explorer step's data)."""
+    from services.cli.status import service_info
+
+    proc = launch.proc
+    assert proc is not None
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline and proc.poll() is None:
         try:
-            await wait_healthy(launch.address, 60, alive=lambda: proc.poll() is None)
-        except (RuntimeError, TimeoutError) as exc:
-            launch.start_error = str(exc)
+            info = await service_info(launch.service, launch.address, ServicesConfig(), 3)
+            launch.steps = int(info.stats.get("step", 0))
+            if launch.steps >= 1:
+                return
+        except TrinityError:
+            pass
+        await asyncio.sleep(0.5)
 
-    await asyncio.gather(*(healthy(launch) for launch in launches))
-    serving = [launch for launch in launches if launch.start_error is None]
-    results = await asyncio.gather(*(asyncio.to_thread(run_health, launch) for launch in serving))
-    for launch, result in zip(serving, results, strict=True):
-        launch.health_before = result
+
+async def stop(launches: list[Launch]) -> None:
     for launch in launches:
         assert launch.proc is not None
         if launch.proc.poll() is None:
@@ -164,9 +195,35 @@ async def exercise(launches: list[Launch]) -> None:
     for launch in launches:
         assert launch.proc is not None
         try:
-            launch.exit_code = await asyncio.to_thread(launch.proc.wait, 30)
+            launch.exit_code = await asyncio.to_thread(launch.proc.wait, 60)
         except subprocess.TimeoutExpired:
             stop_process(launch.proc, signal.SIGKILL, timeout=5)
+
+
+async def exercise(launches: list[Launch]) -> None:
+    """Start all, wait SERVING, run each artifact's health command, SIGTERM all, probe again.
+
+    In two waves, as systemd's After= and compose's depends_on order them: buffers and synchronizers
+    first, then trainers and explorers once those are SERVING; stopped the other way round (a trainer
+    that stops flushes its leases to the buffer). Within a wave all at once: the machine is small and
+    each start is mostly Python start-up time.
+    """
+    waves = [
+        [la for la in launches if la.service not in WORKERS],
+        [la for la in launches if la.service in WORKERS],
+    ]
+    for wave in waves:
+        for launch in wave:
+            start(launch)
+        await asyncio.gather(*(healthy(launch) for launch in wave))
+    serving = [launch for launch in launches if launch.start_error is None]
+    results = await asyncio.gather(*(asyncio.to_thread(run_health, launch) for launch in serving))
+    for launch, result in zip(serving, results, strict=True):
+        launch.health_before = result
+    # SIGTERM mid-job, not between jobs: each trainer has trained on its explorer's experiences.
+    await asyncio.gather(*(wait_step(la) for la in serving if la.service == "trainer"))
+    for wave in reversed(waves):
+        await stop(wave)
     # Once stopped: the in-process probe for all, the artifact's own command where it is a supervisor's
     # healthcheck (compose) — a Python start-up each, and the machine is small.
     for launch in serving:
@@ -237,11 +294,12 @@ def systemd_command(instance: str) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
-def systemd_sandbox(tmp_path: pathlib.Path) -> Sandbox:
+def systemd_sandbox(tmp_path: pathlib.Path, overrides: dict | None = None) -> Sandbox:
     return Sandbox(
         tmp_path,
         (DEPLOY / "systemd" / "config.yaml").read_text(),
         {"/var/lib/trinity-grpc/data/tasks.jsonl": (DEPLOY / "compose" / "data" / "tasks.jsonl").read_text()},
+        overrides,
     )
 
 
@@ -252,7 +310,7 @@ def dockerfile_entrypoint() -> list[str]:
     raise AssertionError("Dockerfile has no ENTRYPOINT")
 
 
-def compose_sandbox(tmp_path: pathlib.Path) -> tuple[Sandbox, dict]:
+def compose_sandbox(tmp_path: pathlib.Path, overrides: dict | None = None) -> tuple[Sandbox, dict]:
     compose_dir = DEPLOY / "compose"
     compose = yaml.safe_load((compose_dir / "compose.yaml").read_text())
     files = {}
@@ -268,7 +326,7 @@ def compose_sandbox(tmp_path: pathlib.Path) -> tuple[Sandbox, dict]:
                         if p.is_file()
                     }
                 )
-    return Sandbox(tmp_path, (compose_dir / "config.yaml").read_text(), files), compose
+    return Sandbox(tmp_path, (compose_dir / "config.yaml").read_text(), files, overrides), compose
 
 
 def k8s_docs() -> list[dict]:
@@ -357,9 +415,10 @@ def notify_socket() -> tuple[socket.socket, str]:
 
 
 def systemd_launches(tmp: pathlib.Path) -> list[Launch]:
+    """All four instances of trinity-grpc@.service against one machine's config."""
     out = []
-    for service in RUNNABLE:
-        sandbox = systemd_sandbox(tmp / f"systemd-{service}")
+    sandbox = systemd_sandbox(tmp / "systemd", STACK_OVERRIDES)
+    for service in RUNNABLE + WORKERS:
         argv, env = systemd_command(service)
         assert argv[:3] == ["/opt/trinity-grpc/.venv/bin/trinity", "serve", service], argv
         sock, address = notify_socket()
@@ -383,9 +442,10 @@ def systemd_launches(tmp: pathlib.Path) -> list[Launch]:
 
 
 def compose_launches(tmp: pathlib.Path) -> list[Launch]:
+    """All four compose services against one project's config."""
     out = []
-    for service in RUNNABLE:
-        sandbox, compose = compose_sandbox(tmp / f"compose-{service}")
+    sandbox, compose = compose_sandbox(tmp / "compose", STACK_OVERRIDES)
+    for service in RUNNABLE + WORKERS:
         spec = compose["services"][service]
         env = {k: str(v) for k, v in (spec.get("environment") or {}).items()}
         test = spec["healthcheck"]["test"]
@@ -428,7 +488,10 @@ def k8s_launches(tmp: pathlib.Path) -> list[Launch]:
     return out
 
 
-LAUNCH_NAMES = [f"{layout}:{service}" for layout in ("systemd", "compose", "k8s") for service in RUNNABLE]
+LAUNCH_NAMES = [
+    *(f"{layout}:{service}" for layout in ("systemd", "compose") for service in RUNNABLE + WORKERS),
+    *(f"k8s:{service}" for service in RUNNABLE),
+]
 
 
 @pytest.fixture(scope="module")
@@ -460,6 +523,10 @@ def test_artifact_command_serves_passes_its_health_check_and_exits_zero_on_sigte
     )
     assert launch.exit_code == 0, f"{name}: `{cmd}` exited {launch.exit_code} on SIGTERM\n{launch.log_tail()}"
     assert launch.status_after == "UNREACHABLE", (name, launch.status_after)
+    if launch.service == "trainer":  # stopped mid-job: after its first step, with the explorer running
+        assert launch.steps is not None and launch.steps >= 1, (
+            f"{name}: no training step\n{launch.log_tail()}"
+        )
     if name.startswith("compose:"):  # the healthcheck command itself fails once the server is gone
         after = launch.health_after
         assert after is not None and after.returncode == 1 and after.stdout.strip() == "UNREACHABLE", (
@@ -468,7 +535,7 @@ def test_artifact_command_serves_passes_its_health_check_and_exits_zero_on_sigte
         )
 
 
-@pytest.mark.parametrize("service", RUNNABLE)
+@pytest.mark.parametrize("service", RUNNABLE + WORKERS)
 def test_systemd_started_service_sends_ready_to_notify_socket(launched, service) -> None:
     """trinity-grpc@.service is Type=notify: without READY=1 systemd fails the start after TimeoutStartSec."""
     assert ("Service", "Type", "notify") in read_unit(DEPLOY / "systemd" / "trinity-grpc@.service")
