@@ -48,6 +48,16 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, method: str) -> errors.TrinityErro
     return err
 
 
+# gRPC waits ~1 s (then x1.6) before reconnecting after a refused connection and fails calls at once
+# meanwhile, so a restarting server outlasted the default retry budget (~1.5-3 s of backoff). A
+# shorter reconnect backoff lets the bounded retries of `_call` see the server come back.
+RECONNECT_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
 class ServiceClient:
     """Base of the typed clients; see the module docstring."""
 
@@ -79,7 +89,7 @@ class ServiceClient:
         """Open a channel to `address` with TLS/token/limits from `services_cfg` (defaults: plaintext)."""
         cfg = services_cfg or ServicesConfig()
         creds = channel_credentials(cfg.tls)
-        options = grpc_options(cfg)
+        options = grpc_options(cfg) + RECONNECT_OPTIONS
         if cfg.tls.server_name_override:
             options.append(("grpc.ssl_target_name_override", cfg.tls.server_name_override))
         if creds is None:
@@ -99,7 +109,9 @@ class ServiceClient:
             md.append(("authorization", f"Bearer {self._token}"))
         return tuple(md)
 
-    async def _call(self, method: str, request: Any, *, timeout: float | None = None, retry: bool = True) -> Any:
+    async def _call(
+        self, method: str, request: Any, *, timeout: float | None = None, retry: bool = True
+    ) -> Any:
         """Call a unary RPC with a deadline; retry UNAVAILABLE up to max_retries with jittered backoff."""
         rpc = getattr(self._stub, method)
         attempts = self.max_retries + 1 if retry else 1

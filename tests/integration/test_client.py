@@ -61,11 +61,11 @@ def one_experience() -> buffer_pb2.WriteRequest:
 
 
 async def test_client_retries_until_a_late_server_comes_up() -> None:
-    # After a refused connect the channel itself backs off (~1 s, then ×1.6) and fails calls fast
-    # meanwhile, so the budget here is larger than the default 5 retries (~1.5–3 s of sleeps), which
-    # only just outlasts one reconnect backoff.
+    # The default budget (5 retries, ~1.5-3 s of sleeps) must outlast the channel's own reconnect
+    # backoff after a refused connect (gRPC's default ~1 s, x1.6; the client shortens it).
     port = free_port()
-    client = await CountingClient.connect(f"127.0.0.1:{port}", max_retries=10, timeout=2)
+    client = await CountingClient.connect(f"127.0.0.1:{port}", timeout=2)
+    assert client.max_retries == 5
     server = None
     try:
         call = asyncio.create_task(client._call("Write", one_experience()))
