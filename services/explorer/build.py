@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.config.schema import TrinityConfig
+from services.common.logging import get_logger
 from services.explorer.engines.base import BatchingEngine, EnginePool, InferenceEngine
 from services.explorer.model_wrapper import ModelWrapper
 from services.explorer.runner import VersionRef, WorkflowRunner
+
+log = get_logger("explorer.build")
 
 
 def pick_device() -> str:
@@ -29,7 +32,9 @@ def eos_ids(tokenizer: Any, model: Any = None) -> list[int]:
     return sorted(ids)
 
 
-def build_engine(cfg: TrinityConfig, tokenizer: Any, index: int, *, model_path: str | None = None) -> InferenceEngine:
+def build_engine(
+    cfg: TrinityConfig, tokenizer: Any, index: int, *, model_path: str | None = None
+) -> InferenceEngine:
     rm = cfg.explorer.rollout_model
     path = model_path or cfg.model.model_path
     dtype = rm.dtype if rm.dtype != "auto" else cfg.model.dtype
@@ -37,43 +42,74 @@ def build_engine(cfg: TrinityConfig, tokenizer: Any, index: int, *, model_path: 
         from services.explorer.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(
-            path, tensor_parallel_size=rm.tensor_parallel_size, gpu_memory_utilization=rm.gpu_memory_utilization,
-            dtype=dtype, seed=rm.seed + index, max_model_len=cfg.model.effective_max_model_len,
+            path,
+            tensor_parallel_size=rm.tensor_parallel_size,
+            gpu_memory_utilization=rm.gpu_memory_utilization,
+            dtype=dtype,
+            seed=rm.seed + index,
+            max_model_len=cfg.model.effective_max_model_len,
             max_batch_size=rm.max_batch_size,
         )
     from services.explorer.engines.transformers_engine import TransformersEngine
-    from services.models.loading import load_causal_lm
+    from services.models.loading import context_length, load_causal_lm
 
     model = load_causal_lm(path, dtype=dtype, device=pick_device(), seed=cfg.model.seed)
+    limit = context_length(model)
+    if limit is not None and cfg.model.effective_max_model_len > limit:
+        log.warning(
+            "context_longer_than_model",
+            field="model.max_model_len",
+            configured=cfg.model.effective_max_model_len,
+            model_positions=limit,
+            effect="responses stop at the model's last position (finish_reason length)",
+        )
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     return TransformersEngine(
-        model, eos_token_ids=eos_ids(tokenizer, model), pad_token_id=pad, max_batch_size=rm.max_batch_size,
+        model,
+        eos_token_ids=eos_ids(tokenizer, model),
+        pad_token_id=pad,
+        max_batch_size=rm.max_batch_size,
         seed=rm.seed + index,
     )
 
 
 def build_pool(cfg: TrinityConfig, tokenizer: Any) -> EnginePool:
     rm = cfg.explorer.rollout_model
-    return EnginePool([
-        BatchingEngine(build_engine(cfg, tokenizer, i), max_batch_size=rm.max_batch_size, name=f"engine-{i}")
-        for i in range(rm.engine_num)
-    ])
+    return EnginePool(
+        [
+            BatchingEngine(
+                build_engine(cfg, tokenizer, i), max_batch_size=rm.max_batch_size, name=f"engine-{i}"
+            )
+            for i in range(rm.engine_num)
+        ]
+    )
 
 
-def build_runner(cfg: TrinityConfig, pool: EnginePool, tokenizer: Any, version: VersionRef, auxiliary: list[Any]) -> WorkflowRunner:
+def build_runner(
+    cfg: TrinityConfig, pool: EnginePool, tokenizer: Any, version: VersionRef, auxiliary: list[Any]
+) -> WorkflowRunner:
     rm = cfg.explorer.rollout_model
 
     def wrapper(i: int) -> ModelWrapper:
         return ModelWrapper(
-            pool[i % len(pool)], tokenizer,
-            max_prompt_tokens=cfg.model.max_prompt_tokens, max_response_tokens=cfg.model.max_response_tokens,
-            min_response_tokens=cfg.model.min_response_tokens, enable_history=rm.enable_history,
-            chat_template=cfg.model.custom_chat_template, version_fn=version, model_name=cfg.model.model_path,
+            pool[i % len(pool)],
+            tokenizer,
+            max_prompt_tokens=cfg.model.max_prompt_tokens,
+            max_response_tokens=cfg.model.max_response_tokens,
+            min_response_tokens=cfg.model.min_response_tokens,
+            enable_history=rm.enable_history,
+            chat_template=cfg.model.custom_chat_template,
+            version_fn=version,
+            model_name=cfg.model.model_path,
         )
 
     return WorkflowRunner(
-        wrapper, slots=cfg.explorer.runner_per_model * len(pool), max_timeout=cfg.explorer.max_timeout,
-        max_retry_times=cfg.explorer.max_retry_times, version_fn=version, auxiliary_models=auxiliary,
+        wrapper,
+        slots=cfg.explorer.runner_per_model * len(pool),
+        max_timeout=cfg.explorer.max_timeout,
+        max_retry_times=cfg.explorer.max_retry_times,
+        version_fn=version,
+        auxiliary_models=auxiliary,
     )
 
 
@@ -84,10 +120,15 @@ def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
     clients, owned = [], []
     for i, aux in enumerate(cfg.explorer.auxiliary_models):
         tokenizer = load_tokenizer(aux.model_path)
-        engine = BatchingEngine(build_engine(cfg, tokenizer, 1000 + i, model_path=aux.model_path), name=f"aux-{i}")
+        engine = BatchingEngine(
+            build_engine(cfg, tokenizer, 1000 + i, model_path=aux.model_path), name=f"aux-{i}"
+        )
         wrapper = ModelWrapper(
-            engine, tokenizer, max_prompt_tokens=cfg.model.max_prompt_tokens,
-            max_response_tokens=cfg.model.max_response_tokens, model_name=aux.model_path,
+            engine,
+            tokenizer,
+            max_prompt_tokens=cfg.model.max_prompt_tokens,
+            max_response_tokens=cfg.model.max_response_tokens,
+            model_name=aux.model_path,
         )
         clients.append(wrapper.get_openai_client())
         owned.extend([wrapper, engine])

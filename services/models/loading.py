@@ -166,6 +166,16 @@ def load_causal_lm(
     return model
 
 
+def context_length(model: PreTrainedModel) -> int | None:
+    """Positions the model can attend over (max_position_embeddings / n_positions / n_ctx), if it says."""
+    config = getattr(model, "config", None)
+    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def save_model(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: str | pathlib.Path
 ) -> pathlib.Path:

@@ -24,11 +24,15 @@ class CountingLM(torch.nn.Module):
         super().__init__()
         self.scale = torch.nn.Parameter(torch.tensor(30.0))
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True):
+    def forward(
+        self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True
+    ):
         last = input_ids[:, -1]
         target = torch.where(last == 5, torch.full_like(last, EOS), (last + 1) % VOCAB)
         logits = torch.nn.functional.one_hot(target, VOCAB).float() * self.scale
-        return SimpleNamespace(logits=logits[:, None, :].expand(-1, input_ids.shape[1], -1), past_key_values=None)
+        return SimpleNamespace(
+            logits=logits[:, None, :].expand(-1, input_ids.shape[1], -1), past_key_values=None
+        )
 
 
 def test_sample_tokens_greedy_topk_topp_and_logprobs_under_temperature():
@@ -68,7 +72,10 @@ class GatedEngine(InferenceEngine):
             self.entered.set()
             self.gate.wait(10)
         self.calls.append(len(prompts))
-        return [[GenerationOutput(list(p), np.array([len(p)], dtype=np.int64), np.zeros(1, np.float32))] for p in prompts]
+        return [
+            [GenerationOutput(list(p), np.array([len(p)], dtype=np.int64), np.zeros(1, np.float32))]
+            for p in prompts
+        ]
 
     def update_weights(self, named_tensors):
         pass
@@ -80,7 +87,10 @@ def test_batching_engine_merges_concurrent_requests_and_splits_n():
     try:
         first = engine.submit([[1]], SamplingParams())
         assert gated.entered.wait(10)  # the engine is busy with the first request
-        futures = [engine.submit([[1, 2]], SamplingParams(n=2)), engine.submit([[1, 2, 3], [4]], SamplingParams(n=3))]
+        futures = [
+            engine.submit([[1, 2]], SamplingParams(n=2)),
+            engine.submit([[1, 2, 3], [4]], SamplingParams(n=3)),
+        ]
         other = engine.submit([[9]], SamplingParams(temperature=0.5))  # other settings: its own batch
         gated.gate.set()
         assert len(first.result(10)[0]) == 1
@@ -103,7 +113,9 @@ class FakeVLLM:
         def __init__(self, **kwargs):
             self.kwargs = kwargs
             self.loaded = []
-            self.worker = SimpleNamespace(model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=self._load)))
+            self.worker = SimpleNamespace(
+                model_runner=SimpleNamespace(model=SimpleNamespace(load_weights=self._load))
+            )
             self.resets = 0
 
         def _load(self, weights):
@@ -114,8 +126,14 @@ class FakeVLLM:
             outs = []
             for req in requests:
                 ids = [req["prompt_token_ids"][-1] + 1, EOS]
-                lps = [{tok: SimpleNamespace(logprob=-0.25 * (i + 1)), 99: SimpleNamespace(logprob=-9.0)} for i, tok in enumerate(ids)]
-                done = [SimpleNamespace(token_ids=ids, logprobs=lps, finish_reason="stop") for _ in range(sampling.n)]
+                lps = [
+                    {tok: SimpleNamespace(logprob=-0.25 * (i + 1)), 99: SimpleNamespace(logprob=-9.0)}
+                    for i, tok in enumerate(ids)
+                ]
+                done = [
+                    SimpleNamespace(token_ids=ids, logprobs=lps, finish_reason="stop")
+                    for _ in range(sampling.n)
+                ]
                 outs.append(SimpleNamespace(outputs=done))
             return outs
 
@@ -148,3 +166,22 @@ def test_vllm_missing_is_a_clear_error():
         assert info.value.field == "explorer.rollout_model.engine_type"
     else:  # a machine with vLLM: the import works
         assert import_vllm() is vllm
+
+
+def test_generation_stops_at_the_models_last_position():
+    # builtin:tiny-arith has 256 positions: a 250-token prompt leaves room for 6 new tokens, so a
+    # request for 20 (EOS banned by min_tokens) returns 6 with finish_reason "length" instead of
+    # indexing past the position embedding; a prompt that fills every position is a clear error.
+    from services.common.errors import InvalidArgument
+    from services.models.loading import build_builtin, context_length
+
+    model = build_builtin("builtin:tiny-arith")
+    assert context_length(model) == 256
+    engine = TransformersEngine(model, eos_token_ids=[2], pad_token_id=0, seed=1)
+    [[out]] = engine.generate_batch(
+        [[5] * 250], SamplingParams(max_tokens=20, min_tokens=20, temperature=1.0)
+    )
+    assert len(out.response_ids) == 6 and out.finish_reason == "length"
+    with pytest.raises(InvalidArgument) as info:
+        engine.generate_batch([[5] * 256], SamplingParams(max_tokens=4))
+    assert info.value.field == "model.max_prompt_tokens"

@@ -8,14 +8,17 @@ ids come from the attention mask so padding does not shift positions.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 
+from services.common.errors import InvalidArgument
 from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams
 from services.explorer.engines.weights import copy_into_module
+from services.models.loading import context_length
 
 
 def sample_tokens(
@@ -76,8 +79,12 @@ class TransformersEngine(InferenceEngine):
         self.max_batch_size = max_batch_size
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._eos = torch.tensor(self.eos_token_ids, device=self.device)
+        self.context_limit = context_length(model)
+        """Positions the model has; generation stops there ("length") instead of indexing past them."""
 
-    def generate_batch(self, prompts: list[list[int]], params: SamplingParams) -> list[list[GenerationOutput]]:
+    def generate_batch(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> list[list[GenerationOutput]]:
         flat = [p for p in prompts for _ in range(params.n)]
         outputs: list[GenerationOutput] = []
         for start in range(0, len(flat), self.max_batch_size):
@@ -87,6 +94,14 @@ class TransformersEngine(InferenceEngine):
     @torch.inference_mode()
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
         batch, width = len(prompts), max(len(p) for p in prompts)
+        if self.context_limit is not None and width + params.max_tokens > self.context_limit:
+            if width >= self.context_limit:
+                raise InvalidArgument(
+                    f"a prompt of {width} tokens leaves no room in the model's {self.context_limit} positions; "
+                    "lower model.max_prompt_tokens",
+                    field="model.max_prompt_tokens",
+                )
+            params = dataclasses.replace(params, max_tokens=self.context_limit - width)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((batch, width), dtype=torch.long)
         for row, prompt in enumerate(prompts):
@@ -94,14 +109,20 @@ class TransformersEngine(InferenceEngine):
             attention[row, width - len(prompt) :] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        tokens = torch.full((batch, params.max_tokens), self.pad_token_id, dtype=torch.long, device=self.device)
+        tokens = torch.full(
+            (batch, params.max_tokens), self.pad_token_id, dtype=torch.long, device=self.device
+        )
         logprobs = torch.zeros((batch, params.max_tokens), dtype=torch.float32, device=self.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         lengths = torch.full((batch,), params.max_tokens, dtype=torch.long, device=self.device)
         past, step_ids, step_pos, steps = None, input_ids, positions, 0
         for t in range(params.max_tokens):
             out = self.model(
-                input_ids=step_ids, attention_mask=attention, position_ids=step_pos, past_key_values=past, use_cache=True
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=step_pos,
+                past_key_values=past,
+                use_cache=True,
             )
             past = out.past_key_values
             banned = self._eos if t < params.min_tokens else None
@@ -113,7 +134,9 @@ class TransformersEngine(InferenceEngine):
             finished |= stopped
             if bool(finished.all()):
                 break
-            attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=self.device)], dim=1)
+            attention = torch.cat(
+                [attention, torch.ones((batch, 1), dtype=attention.dtype, device=self.device)], dim=1
+            )
             step_ids, step_pos = new[:, None], step_pos[:, -1:] + 1
         tokens_np = tokens[:, :steps].cpu().numpy()
         logprobs_np = logprobs[:, :steps].cpu().numpy()
@@ -135,7 +158,9 @@ class TransformersEngine(InferenceEngine):
         self.model = None
 
 
-def sequence_logprobs(model: Any, tokens: list[int], prompt_length: int, temperature: float = 1.0) -> np.ndarray:
+def sequence_logprobs(
+    model: Any, tokens: list[int], prompt_length: int, temperature: float = 1.0
+) -> np.ndarray:
     """Logprobs of tokens[prompt_length:] under `model` (one forward pass); used by tests and checks."""
     device = next(model.parameters()).device
     with torch.inference_mode():
