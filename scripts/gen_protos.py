@@ -4,7 +4,7 @@ Usage: python scripts/gen_protos.py [--out DIR]
 
 Stubs land in gen/trinity_grpc/<service>/v1/ (the folders under protos/ mirror the package), with
 mypy-protobuf type stubs for messages and async servicers/stubs. protoc writes no __init__.py, so
-this script adds them. tests/contract/test_codegen_fresh.py regenerates into a temp dir and diffs.
+this script adds them. tests/contract/test_protos.py (test_generated_stubs_are_fresh) regenerates into a temp dir and diffs.
 """
 
 from __future__ import annotations
