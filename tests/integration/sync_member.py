@@ -54,7 +54,8 @@ def weights(version: int) -> dict[str, torch.Tensor]:
 
 def same_bits(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(
-        a[k].dtype == b[k].dtype and torch.equal(a[k].reshape(-1).view(torch.uint8), b[k].reshape(-1).view(torch.uint8))
+        a[k].dtype == b[k].dtype
+        and torch.equal(a[k].reshape(-1).view(torch.uint8), b[k].reshape(-1).view(torch.uint8))
         for k in a
     )
 
@@ -125,8 +126,12 @@ async def run_explorer(client: SynchronizerClient, cfg, args, log: Events, start
             loaded["version"] = decision.load.version
             try:
                 await receiver.receive(decision.load, into=state)
-                log("sync", version=decision.load.version, exact=same_bits(state, weights(decision.load.version)),
-                    reason=decision.reason)
+                log(
+                    "sync",
+                    version=decision.load.version,
+                    exact=same_bits(state, weights(decision.load.version)),
+                    reason=decision.reason,
+                )
             except errors.TrinityError as exc:
                 log("sync_failed", version=decision.load.version, error=str(exc))
         log("step", step=step, version=client.held, exact=same_bits(state, weights(client.held)))

@@ -56,10 +56,25 @@ class Run:
         await wait_healthy(f"127.0.0.1:{self.port}", 30, alive=lambda: proc.poll() is None)
 
     def member(self, role: str, member_id: str, steps: int, *extra: str) -> None:
-        cmd = [sys.executable, str(MEMBER), "--config", str(self.config), "--role", role, "--member-id", member_id,
-               "--steps", str(steps), "--events", str(self.events), *extra]
+        cmd = [
+            sys.executable,
+            str(MEMBER),
+            "--config",
+            str(self.config),
+            "--role",
+            role,
+            "--member-id",
+            member_id,
+            "--steps",
+            str(steps),
+            "--events",
+            str(self.events),
+            *extra,
+        ]
         log = open(self.tmp / f"{member_id}.log", "ab")  # noqa: SIM115 - the child owns it
-        self.procs[member_id] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[member_id] = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
 
     def read(self) -> list[dict]:
@@ -97,7 +112,9 @@ async def run_worked_example(tmp_path: pathlib.Path, method: str) -> Run:
     run.member("trainer", "trainer", 6, "--min-explorers", "2")
     run.member("explorer", "explorer-a", 8)
     run.member("explorer", "explorer-b", 8, "--step-s", "0.1")
-    await run.wait_for(lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish")
+    await run.wait_for(
+        lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
+    )
     return run
 
 
@@ -110,8 +127,17 @@ def check_worked_example(run: Run) -> None:
         assert [e["version"] for e in syncs] == [2, 4, 6] and all(e["exact"] for e in syncs)
         assert all(e["exact"] for e in run.of(explorer, "step"))
     trainer = [(e["event"], e.get("step") or e.get("version")) for e in run.of("trainer", "train", "publish")]
-    assert trainer == [("train", 1), ("train", 2), ("publish", 2), ("train", 3), ("train", 4), ("publish", 4),
-                       ("train", 5), ("train", 6), ("publish", 6)]
+    assert trainer == [
+        ("train", 1),
+        ("train", 2),
+        ("publish", 2),
+        ("train", 3),
+        ("train", 4),
+        ("publish", 4),
+        ("train", 5),
+        ("train", 6),
+        ("publish", 6),
+    ]
 
 
 async def test_gloo_group_worked_example_two_explorers_bit_exact(tmp_path: pathlib.Path) -> None:
@@ -138,7 +164,12 @@ async def test_checkpoint_worked_example_two_explorers_bit_exact(tmp_path: pathl
         kept = sorted(p.name for p in run_dir.iterdir() if p.name != "monitor")  # monitor: TensorBoard
         # v2 was pruned once both explorers held v4 (keep_sync_checkpoints: 2 newest); no temp dirs
         assert kept == ["global_step_4", "global_step_6"]
-        assert sorted(os.listdir(run_dir / "global_step_6")) == ["SYNC_ONLY", "config.json", "manifest.json", "model.safetensors"]
+        assert sorted(os.listdir(run_dir / "global_step_6")) == [
+            "SYNC_ONLY",
+            "config.json",
+            "manifest.json",
+            "model.safetensors",
+        ]
     finally:
         run.stop()
 
@@ -150,10 +181,14 @@ async def test_sigkilled_explorer_fails_the_sync_and_the_next_sync_succeeds(tmp_
     run.member("explorer", "explorer-a", 5)
     run.member("explorer", "explorer-b", 5, "--stall-at-version", "2")
     try:
-        await run.wait_for(lambda: run.of("explorer-b", "stalled"), 60, "explorer-b to stall inside the v2 broadcast")
+        await run.wait_for(
+            lambda: run.of("explorer-b", "stalled"), 60, "explorer-b to stall inside the v2 broadcast"
+        )
         killed_at = time.time()
         os.kill(run.procs["explorer-b"].pid, signal.SIGKILL)
-        await run.wait_for(lambda: run.all_done("trainer", "explorer-a"), 60, "trainer and explorer-a to finish")
+        await run.wait_for(
+            lambda: run.all_done("trainer", "explorer-a"), 60, "trainer and explorer-a to finish"
+        )
         # the others failed v2 loudly, within sync_timeout of the kill, naming the group
         for who in ("trainer", "explorer-a"):
             failed = run.of(who, "sync_failed")
@@ -162,7 +197,11 @@ async def test_sigkilled_explorer_fails_the_sync_and_the_next_sync_succeeds(tmp_
             assert failed[0]["t"] - killed_at < 6 + 2
         # the trainer was not restarted and the next syncs, in a rebuilt group, succeeded
         assert [e["version"] for e in run.of("trainer", "publish")] == [1, 3, 4]
-        assert [(e["version"], e["exact"]) for e in run.of("explorer-a", "sync")] == [(1, True), (3, True), (4, True)]
+        assert [(e["version"], e["exact"]) for e in run.of("explorer-a", "sync")] == [
+            (1, True),
+            (3, True),
+            (4, True),
+        ]
         assert [e["version"] for e in run.of("explorer-a", "step")] == [0, 1, 1, 3, 4]
         assert all(e["exact"] for e in run.of("explorer-a", "step"))
         async with await SynchronizerClient.connect(f"127.0.0.1:{run.port}") as client:
@@ -184,23 +223,37 @@ def versions_of(run: Run, explorer: str) -> tuple[list[int], list[int]]:
 
 
 def trainer_events(run: Run) -> list[str]:
-    return [f"T{e['step']}" if e["event"] == "train" else f"v{e['version']}" for e in run.of("trainer", "train", "publish")]
+    return [
+        f"T{e['step']}" if e["event"] == "train" else f"v{e['version']}"
+        for e in run.of("trainer", "train", "publish")
+    ]
 
 
 async def run_pinned(tmp_path: pathlib.Path, method: str, style: str) -> Run:
     """Trainer (6 steps) + explorer-a (lead 0, 7 steps) + explorer-b (lead 2, 9 steps), pinned pace
     (sync_member.py): explorer X asks before its step s when the trainer has ended exactly s-1-lead_X."""
-    run = Run(tmp_path, sync_method=method, sync_style=style, sync_interval=2, sync_timeout=20, heartbeat_interval_s=0.1)
+    run = Run(
+        tmp_path,
+        sync_method=method,
+        sync_style=style,
+        sync_interval=2,
+        sync_timeout=20,
+        heartbeat_interval_s=0.1,
+    )
     await run.start_synchronizer()
     run.member("trainer", "trainer", 6, "--min-explorers", "2", "--lead", "explorer-b=2")
     run.member("explorer", "explorer-a", 7, "--lead", "0")
     run.member("explorer", "explorer-b", 9, "--lead", "2")
-    await run.wait_for(lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish")
+    await run.wait_for(
+        lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
+    )
     return run
 
 
 # Each style once per method; the nccl runs spell the style by its Trinity alias.
-@pytest.mark.parametrize(("method", "style"), [("checkpoint", "dynamic_by_trainer"), ("nccl", "trainer_driven")])
+@pytest.mark.parametrize(
+    ("method", "style"), [("checkpoint", "dynamic_by_trainer"), ("nccl", "trainer_driven")]
+)
 async def test_trainer_driven_explorers_load_the_latest_version_at_their_own_pace(
     tmp_path: pathlib.Path, method: str, style: str
 ) -> None:
@@ -256,7 +309,9 @@ EXPLORER_DRIVEN = {
 }
 
 
-@pytest.mark.parametrize(("method", "style"), [("checkpoint", "dynamic_by_explorer"), ("nccl", "explorer_driven")])
+@pytest.mark.parametrize(
+    ("method", "style"), [("checkpoint", "dynamic_by_explorer"), ("nccl", "explorer_driven")]
+)
 async def test_explorer_driven_versions_are_published_when_an_explorer_asks(
     tmp_path: pathlib.Path, method: str, style: str
 ) -> None:
@@ -277,14 +332,23 @@ async def test_max_staleness_holds_explorers_that_run_ahead(tmp_path: pathlib.Pa
     # an explorer asks before step s: the newest version then is <= s-2. Explorer step s is trained
     # at step s, so it needs version >= s-2: steps 1, 2 run on v0; before step s >= 3 the explorer
     # is held until version s-2 and loads it. Without the bound they would run all 6 steps on v0.
-    run = Run(tmp_path, sync_method="checkpoint", sync_style="dynamic_by_trainer", sync_interval=1,
-              max_staleness=2, sync_timeout=20, heartbeat_interval_s=0.1)
+    run = Run(
+        tmp_path,
+        sync_method="checkpoint",
+        sync_style="dynamic_by_trainer",
+        sync_interval=1,
+        max_staleness=2,
+        sync_timeout=20,
+        heartbeat_interval_s=0.1,
+    )
     await run.start_synchronizer()
     run.member("trainer", "trainer", 5, "--min-explorers", "2")
     run.member("explorer", "explorer-a", 6, "--quiet-steps")
     run.member("explorer", "explorer-b", 6, "--quiet-steps", "--step-s", "0.1")
     try:
-        await run.wait_for(lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish")
+        await run.wait_for(
+            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
+        )
         assert trainer_events(run) == ["T1", "v1", "T2", "v2", "T3", "v3", "T4", "v4", "T5", "v5"]
         for explorer in ("explorer-a", "explorer-b"):
             assert versions_of(run, explorer) == ([0, 0, 1, 2, 3, 4], [1, 2, 3, 4])
