@@ -8,9 +8,9 @@ rename to `global_step_N`, fsync of the parent. A reader therefore sees either n
 complete one. Sync-only checkpoints carry a `SYNC_ONLY` marker and may be pruned; the trainer's
 full checkpoints (no marker) never are.
 
-Load (explorer): check sizes, hash the file through a memory map while the same pages are copied
-into the destination tensors, and refuse the checkpoint if any digest differs from the manifest
-the synchronizer published.
+Load (explorer): check sizes, hash the file through a memory map while the same pages are read,
+and refuse the checkpoint if any digest differs from the manifest the synchronizer published,
+before a byte reaches the destination tensors.
 """
 
 from __future__ import annotations
@@ -203,12 +203,11 @@ def load_checkpoint(
         if entry is not weights:
             _check(path, entry, hash_file=True)
     target = _check(path, weights, hash_file=False)
-    with ThreadPoolExecutor(1) as pool:  # hash while the same (cached) pages are copied
+    with ThreadPoolExecutor(1) as pool:  # hash while the same (cached) pages are read
         digest = pool.submit(lambda: _check(path, weights, hash_file=True))
         loaded = load_file(str(target))
-        result = _copy_into(loaded, into) if into is not None else {k: v.clone() for k, v in loaded.items()}
-        digest.result()
-    return result
+        digest.result()  # before `into` is touched: a refused checkpoint leaves the model as it was
+    return _copy_into(loaded, into) if into is not None else {k: v.clone() for k, v in loaded.items()}
 
 
 def _copy_into(loaded: Mapping[str, torch.Tensor], into: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -216,14 +215,15 @@ def _copy_into(loaded: Mapping[str, torch.Tensor], into: Mapping[str, torch.Tens
     extra = sorted(set(loaded) - set(into))
     if missing or extra:
         raise errors.FailedPrecondition(f"checkpoint tensors differ from the model: missing {missing[:5]}, extra {extra[:5]}")
+    for name, dst in into.items():  # all checked before any is copied
+        src = loaded[name]
+        if src.shape != dst.shape or src.dtype != dst.dtype:
+            raise errors.FailedPrecondition(
+                f"{name}: checkpoint has {src.dtype}{list(src.shape)}, model has {dst.dtype}{list(dst.shape)}", field=name
+            )
     with torch.no_grad():
         for name, dst in into.items():
-            src = loaded[name]
-            if src.shape != dst.shape or src.dtype != dst.dtype:
-                raise errors.FailedPrecondition(
-                    f"{name}: checkpoint has {src.dtype}{list(src.shape)}, model has {dst.dtype}{list(dst.shape)}", field=name
-                )
-            dst.copy_(src)
+            dst.copy_(loaded[name])
     return dict(into)
 
 
