@@ -12,7 +12,7 @@ Trainer (one process, rank 0 of a multi-GPU trainer):
         ... train ...
         if await sync.end_trainer_step(step):                  # -> bool: publish now (version = step)
             await publisher.publish(model.state_dict(), step)  # checkpoint files or a broadcast, per config
-    # publish(state_dict, step, *, config=None, keep=False) -> Version; keep=True marks a full checkpoint.
+    # publish(state_dict, step, *, config=None) -> Version (checkpoint: a sync-only dir, pruned later).
 
 Explorer:
 
@@ -238,18 +238,15 @@ class WeightPublisher:
         step: int,
         *,
         config: Mapping[str, object] | None = None,
-        keep: bool = False,
     ) -> Version:
         if self.cfg.sync_method == "checkpoint":
-            return await self._publish_checkpoint(state_dict, step, config, keep)
+            return await self._publish_checkpoint(state_dict, step, config)
         return await self._publish_broadcast(state_dict, step)
 
-    async def _publish_checkpoint(self, state_dict, step, config, keep) -> Version:  # type: ignore[no-untyped-def]
+    async def _publish_checkpoint(self, state_dict, step, config) -> Version:  # type: ignore[no-untyped-def]
         from services.synchronizer.transfer import checkpoint as ckpt
 
-        path, files = await asyncio.to_thread(
-            ckpt.write_checkpoint, state_dict, self.run_dir, step, config=config, sync_only=not keep
-        )
+        path, files = await asyncio.to_thread(ckpt.write_checkpoint, state_dict, self.run_dir, step, config=config)
         version, _ = await self.client.publish_version(step, str(path), files)
         status = await self.client.get_status()
         held = [m.model_version for m in status.members if m.role == pb.ROLE_EXPLORER and m.alive]

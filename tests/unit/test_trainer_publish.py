@@ -29,7 +29,7 @@ class FakeSync:
 class FakePublisher:
     published: list[tuple[int, int, str]] = field(default_factory=list)
 
-    async def publish(self, state_dict, step, *, config=None, keep=False):
+    async def publish(self, state_dict, step, *, config=None):
         self.published.append((step, len(state_dict), config["model_type"]))
 
 

@@ -38,7 +38,8 @@ class SynchronizerConfig(Section):
     """Address explorers use to reach the trainer's weight-group store; None: services.trainer.host."""
     keep_sync_checkpoints: int = Field(2, ge=1)
     """sync_method checkpoint: newest sync-only checkpoints kept; older ones that no live
-    explorer still holds are deleted (full checkpoints of the trainer are never deleted)."""
+    explorer still holds are deleted (the trainer's full checkpoints, under checkpoints/full/,
+    are not touched: see trainer.max_checkpoints_to_keep)."""
 
     @model_validator(mode="after")
     def _staleness_reachable(self) -> SynchronizerConfig:

@@ -5,8 +5,10 @@ safetensors format, written by hand from each tensor's own memory (no serialized
 dict) while a second thread hashes the same bytes (SHA-256) and a third flushes finished ranges to
 disk; then `config.json` (optional) and `manifest.json`, fsync of every file and the directory,
 rename to `global_step_N`, fsync of the parent. A reader therefore sees either no directory or a
-complete one. Sync-only checkpoints carry a `SYNC_ONLY` marker and may be pruned; the trainer's
-full checkpoints (no marker) never are.
+complete one. Every such checkpoint carries a `SYNC_ONLY` marker, and the pruner deletes only
+marked directories. The trainer's full checkpoints (weights, optimizer, data cursor) are another
+thing in another place, `<run_dir>/checkpoints/full/` (services/trainer/checkpoint.py), kept by
+trainer.max_checkpoints_to_keep; nothing here touches them.
 
 Load (explorer): check sizes, hash the file through a memory map while the same pages are read,
 and refuse the checkpoint if any digest differs from the manifest the synchronizer published,
@@ -124,7 +126,6 @@ def write_checkpoint(
     step: int,
     *,
     config: Mapping[str, object] | None = None,
-    sync_only: bool = True,
 ) -> tuple[Path, tuple[FileEntry, ...]]:
     """Atomically write `state_dict` as `<root>/global_step_<step>/`; returns (dir, manifest)."""
     root = Path(root)
@@ -137,8 +138,7 @@ def write_checkpoint(
         files = [_write_hashed(tmp / WEIGHTS_FILE, [memoryview(_header(state_dict)), *views])]
         if config is not None:
             files.append(_write_small(tmp / "config.json", json.dumps(dict(config), indent=1).encode()))
-        if sync_only:
-            _write_small(tmp / SYNC_ONLY_MARKER, b"weights written for a sync; may be pruned\n")
+        _write_small(tmp / SYNC_ONLY_MARKER, b"weights written for a sync; may be pruned\n")
         manifest = {"step": step, "files": [f.__dict__ for f in files]}
         _write_small(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
         _fsync_dir(tmp)
@@ -242,9 +242,3 @@ def prune_sync_checkpoints(root: str | os.PathLike[str], *, keep_newest: int, ke
     for stale in root.glob(".global_step_*.tmp-*"):  # leftovers of a writer that died
         shutil.rmtree(stale, ignore_errors=True)
     return doomed
-
-
-def mark_full_checkpoint(root: str | os.PathLike[str], step: int) -> None:
-    """The trainer keeps this step as a full checkpoint: never prune it."""
-    marker = step_dir(root, step) / SYNC_ONLY_MARKER
-    marker.unlink(missing_ok=True)
