@@ -272,11 +272,11 @@ class WeightPublisher:
             got = await self.client.join_weight_group(step, self.master_address, store.port, backend)
             spec = bc.GroupSpec(got.master_address, got.master_port, got.world_size, 0, got.group_name, backend, timeout)
 
-            def send() -> None:
+            def send(store: torch.distributed.TCPStore) -> None:  # an argument, so `del store` drops the last reference
                 with bc.WeightGroup(spec, store) as group:
                     group.send(state_dict, tensors, got.bucket_bytes)
 
-            await asyncio.to_thread(send)
+            await asyncio.to_thread(send, store)
         except errors.TrinityError as exc:
             await _report_failure(self.client, step, exc)
             raise
