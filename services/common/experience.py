@@ -81,7 +81,7 @@ def validate_experience(exp: Experience, where: str = "experience") -> None:
         return
     if exp.tokens.ndim != 1:
         raise InvalidArgument(f"tokens must be 1-D, got shape {exp.tokens.shape}", field=f"{where}.tokens")
-    if not np.issubdtype(exp.tokens.dtype, np.integer):
+    if exp.tokens.dtype.kind not in "iu":
         raise InvalidArgument(f"tokens must be int32 or int64, got {exp.tokens.dtype}", field=f"{where}.tokens")
     if not 0 <= exp.prompt_length < n:
         raise InvalidArgument(
@@ -99,7 +99,7 @@ def validate_experience(exp: Experience, where: str = "experience") -> None:
                 f"(len(tokens) {n} - prompt_length {exp.prompt_length})",
                 field=f"{where}.{name}",
             )
-        if name != "action_mask" and not np.all(np.isfinite(arr)):
+        if name != "action_mask" and not np.isfinite(arr).all():
             raise InvalidArgument("values must be finite", field=f"{where}.{name}")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from services.common.errors import InvalidArgument
 from services.common.experience import ChatMessage, Experience
 from services.explorer.engines.base import BatchingEngine, GenerationOutput, SamplingParams
+from services.explorer.text import decode_responses, encode_plain
 
 _SAMPLING_KEYS = {"n", "temperature", "top_p", "top_k", "max_tokens", "min_tokens"}
 _IGNORED_KEYS = {"logprobs", "seed", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "max_completion_tokens"}
@@ -89,7 +90,7 @@ class ModelWrapper:
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` without special tokens and without truncation."""
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return encode_plain(self.tokenizer, text)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of a prompt, truncated from the left to max_prompt_tokens."""
@@ -103,9 +104,9 @@ class ModelWrapper:
     ) -> list[Experience]:
         exps = []
         version = self.model_version
-        for out in outputs:
+        texts = decode_responses(self.tokenizer, [out.response_ids for out in outputs])
+        for out, text in zip(outputs, texts, strict=True):
             prompt = np.asarray(out.prompt_ids, dtype=np.int64)
-            text = self.tokenizer.decode(out.response_ids.tolist(), skip_special_tokens=True)
             exp = Experience(
                 tokens=np.concatenate([prompt, out.response_ids.astype(np.int64)]),
                 prompt_length=len(prompt),
