@@ -28,11 +28,17 @@ def version_from_pb(msg: common_pb2.ModelVersion, files=(), tensors=()) -> Versi
 
 
 def files_to_pb(files) -> list[pb.FileManifest]:  # type: ignore[no-untyped-def]
-    return [pb.FileManifest(path=f.path, size=f.size, sha256=f.sha256) for f in files]
+    return [pb.FileManifest(path=f.path, size=f.size, sha256=f.sha256, crc32=f.crc32) for f in files]
 
 
 def files_from_pb(files) -> list[FileEntry]:  # type: ignore[no-untyped-def]
-    return [FileEntry(f.path, f.size, f.sha256) for f in files]
+    """Manifest entries from messages (domain entries, as a publisher already holds them, pass as they are)."""
+    return [
+        f
+        if isinstance(f, FileEntry)
+        else FileEntry(f.path, f.size, f.sha256, f.crc32 if f.HasField("crc32") else None)
+        for f in files
+    ]
 
 
 def tensors_to_pb(tensors) -> list[pb.TensorManifest]:  # type: ignore[no-untyped-def]
@@ -79,5 +85,9 @@ def member_to_pb(member: Member, now: float) -> pb.MemberStatus:
 
 def group_to_pb(group: Group) -> pb.WeightGroupStatus:
     return pb.WeightGroupStatus(
-        group_name=group.name, version=group.version, state=group.state, members=group.members, error=group.error
+        group_name=group.name,
+        version=group.version,
+        state=group.state,
+        members=group.members,
+        error=group.error,
     )

@@ -15,11 +15,13 @@ EXPLORER = "explorer"
 
 @dataclass(frozen=True)
 class FileEntry:
-    """One file of a published checkpoint (path relative to the checkpoint dir, size in bytes)."""
+    """One file of a published checkpoint (path relative to the checkpoint dir, size in bytes) and
+    its checksum: hex SHA-256, or zlib's CRC-32 (sha256 empty) as sync checkpoints record it."""
 
     path: str
     size: int
-    sha256: str
+    sha256: str = ""
+    crc32: int | None = None
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ def same_bits(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 def flip_last_byte(path: pathlib.Path) -> None:
     data = bytearray(path.read_bytes())
-    data[-1] ^= 0xFF  # inside the last tensor's data: same size, other SHA-256
+    data[-1] ^= 0xFF  # inside the last tensor's data: same size, other checksum
     path.write_bytes(bytes(data))
 
 
@@ -39,10 +39,10 @@ def truncate(path: pathlib.Path) -> None:
 
 
 DAMAGE = {
-    "weights_flipped": ("model.safetensors", flip_last_byte, "does not match its SHA-256 in the manifest"),
+    "weights_flipped": ("model.safetensors", flip_last_byte, "does not match its CRC-32 in the manifest"),
     "weights_truncated": ("model.safetensors", truncate, "bytes, the manifest says"),
     "weights_missing": ("model.safetensors", pathlib.Path.unlink, "lacks model.safetensors"),
-    "config_flipped": ("config.json", flip_last_byte, "does not match its SHA-256 in the manifest"),
+    "config_flipped": ("config.json", flip_last_byte, "does not match its CRC-32 in the manifest"),
 }
 
 
@@ -58,6 +58,35 @@ def test_explorer_refuses_a_checkpoint_that_differs_from_its_manifest(
         ckpt.load_checkpoint(path, files, into=held)  # what WeightReceiver.receive runs
     assert name in str(refused.value) and str(path) in str(refused.value)  # names the file
     assert same_bits(held, weights(1))  # nothing of the refused checkpoint reached the model
+
+
+def test_manifest_checksums_travel_through_the_wire_and_sha256_manifests_still_verify(
+    tmp_path: pathlib.Path,
+) -> None:
+    import hashlib
+    import zlib
+
+    from services.synchronizer.convert import files_from_pb, files_to_pb
+    from services.synchronizer.ledger import FileEntry
+
+    path, files = ckpt.write_checkpoint(weights(2), tmp_path, 2)
+    weights_entry = next(f for f in files if f.path == ckpt.WEIGHTS_FILE)
+    assert (
+        weights_entry.crc32 == zlib.crc32((path / ckpt.WEIGHTS_FILE).read_bytes())
+        and not weights_entry.sha256
+    )
+    assert tuple(files_from_pb(files_to_pb(files))) == files  # the manifest as explorers receive it
+    # a manifest from an older writer, with SHA-256 digests and no CRC-32, is checked with SHA-256
+    older = tuple(
+        FileEntry(f.path, f.size, hashlib.sha256((path / f.path).read_bytes()).hexdigest()) for f in files
+    )
+    assert same_bits(ckpt.load_checkpoint(path, older), weights(2))
+    flip_last_byte(path / ckpt.WEIGHTS_FILE)
+    with pytest.raises(errors.FailedPrecondition, match="does not match its SHA-256 in the manifest"):
+        ckpt.load_checkpoint(path, older)
+    no_checksum = tuple(FileEntry(f.path, f.size) for f in files)
+    with pytest.raises(errors.FailedPrecondition, match="does not match"):
+        ckpt.load_checkpoint(path, no_checksum)  # a manifest without a checksum verifies nothing: refused
 
 
 def test_a_checkpoint_whose_shapes_differ_leaves_the_model_alone(tmp_path: pathlib.Path) -> None:

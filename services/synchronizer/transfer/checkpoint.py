@@ -2,17 +2,24 @@
 
 Write (trainer): tensors go to `<root>/.global_step_N.tmp-<id>/model.safetensors` in the
 safetensors format, written by hand from each tensor's own memory (no serialized copy of the whole
-dict) while a second thread hashes the same bytes (SHA-256) and a third flushes finished ranges to
-disk; then `config.json` (optional) and `manifest.json`, fsync of every file and the directory,
-rename to `global_step_N`, fsync of the parent. A reader therefore sees either no directory or a
-complete one. Every such checkpoint carries a `SYNC_ONLY` marker, and the pruner deletes only
+dict) while a second thread checksums the same bytes (zlib's CRC-32); then `config.json` (optional) and
+`manifest.json`, and a rename to `global_step_N`. A reader therefore sees either no directory or a
+complete one (rename is atomic, and a killed writer's files stay in the page cache).
+
+No fsync: a sync checkpoint only hands weights to explorers now. Against a power loss, which
+kills every process anyway, the manifest's checksums, verified on every load, already refuse a
+torn file, and the trainer re-publishes from its own full checkpoint. Forcing
+~0.5 GB to disk cost ~0.45 s per sync here, about as much as writing and reading it. Every such checkpoint carries a `SYNC_ONLY` marker, and the pruner deletes only
 marked directories. The trainer's full checkpoints (weights, optimizer, data cursor) are another
 thing in another place, `<run_dir>/checkpoints/full/` (services/trainer/checkpoint.py), kept by
 trainer.max_checkpoints_to_keep; nothing here touches them.
 
-Load (explorer): check sizes, hash the file through a memory map while the same pages are read,
-and refuse the checkpoint if any digest differs from the manifest the synchronizer published,
-before a byte reaches the destination tensors.
+Load (explorer): check sizes, checksum the file through a memory map while the same pages are
+read, and refuse the checkpoint if any checksum differs from the manifest the synchronizer
+published, before a byte reaches the destination tensors. CRC-32 rather than SHA-256: the check
+is against torn, truncated or replaced files, not tampering, and it runs at ~3.5 GB/s a core here
+where SHA-256 runs at 1.5 (two SHA-256 passes cost more than writing and reading the weights). A
+manifest with a sha256 (an older writer) is still checked with SHA-256.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ import os
 import shutil
 import threading
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from queue import Queue
+from typing import Any
 
 import torch
 
@@ -71,18 +80,18 @@ def _header(state_dict: Mapping[str, torch.Tensor]) -> bytes:
 
 
 def _write_hashed(path: Path, chunks: Iterable[memoryview]) -> FileEntry:
-    """Write `chunks` to `path`, hashing them in a second thread and flushing behind the writes."""
-    digest = hashlib.sha256()
+    """Write `chunks` to `path`, checksumming them (CRC-32) in a second thread."""
+    crc = 0
     queue: Queue[memoryview | None] = Queue(maxsize=8)
 
     def hasher() -> None:
+        nonlocal crc
         while (item := queue.get()) is not None:
-            digest.update(item)  # releases the GIL for large buffers
+            crc = zlib.crc32(item, crc)  # releases the GIL for large buffers
 
     thread = threading.Thread(target=hasher, daemon=True)
     thread.start()
     size = 0
-    flusher = ThreadPoolExecutor(1)
     try:
         with open(path, "wb") as out:
             for chunk in chunks:
@@ -91,33 +100,22 @@ def _write_hashed(path: Path, chunks: Iterable[memoryview]) -> FileEntry:
                     queue.put(piece)
                     out.write(piece)
                     size += len(piece)
-                    if size % (8 * CHUNK_BYTES) < len(piece):  # start writeback every ~128 MiB
-                        out.flush()
-                        flusher.submit(os.fdatasync, out.fileno())
-            out.flush()
-            flusher.shutdown(wait=True)
-            os.fsync(out.fileno())
     finally:
         queue.put(None)
         thread.join()
-        flusher.shutdown(wait=True)
-    return FileEntry(path.name, size, digest.hexdigest())
+    return FileEntry(path.name, size, crc32=crc)
 
 
 def _write_small(path: Path, data: bytes) -> FileEntry:
-    with open(path, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    return FileEntry(path.name, len(data), hashlib.sha256(data).hexdigest())
+    path.write_bytes(data)
+    return FileEntry(path.name, len(data), crc32=zlib.crc32(data))
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _checksum_matches(data: Any, entry: FileEntry) -> bool:
+    """`data` (bytes-like) against the entry's SHA-256, else its CRC-32; no checksum at all fails."""
+    if entry.sha256:
+        return hashlib.sha256(data).hexdigest() == entry.sha256
+    return entry.crc32 is not None and zlib.crc32(data) == entry.crc32
 
 
 def write_checkpoint(
@@ -141,11 +139,9 @@ def write_checkpoint(
         _write_small(tmp / SYNC_ONLY_MARKER, b"weights written for a sync; may be pruned\n")
         manifest = {"step": step, "files": [f.__dict__ for f in files]}
         _write_small(tmp / MANIFEST_FILE, json.dumps(manifest, indent=1).encode())
-        _fsync_dir(tmp)
         if final.exists():  # a re-publish of the same step (e.g. after a trainer restart)
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -159,7 +155,7 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[FileEntry, ...]:
 
 
 def verify_files(path: str | os.PathLike[str], files: Iterable[FileEntry]) -> None:
-    """Check size and SHA-256 of every listed file; FailedPrecondition names the first bad one."""
+    """Check size and checksum of every listed file; FailedPrecondition names the first bad one."""
     for entry in files:
         _check(Path(path), entry, hash_file=True)
 
@@ -175,8 +171,9 @@ def _check(path: Path, entry: FileEntry, *, hash_file: bool) -> Path:
         )
     if hash_file:
         with open(target, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            if hashlib.sha256(mapped).hexdigest() != entry.sha256:
-                raise errors.FailedPrecondition(f"{target} does not match its SHA-256 in the manifest", field="files")
+            if not _checksum_matches(mapped, entry):
+                kind = "SHA-256" if entry.sha256 else "CRC-32"
+                raise errors.FailedPrecondition(f"{target} does not match its {kind} in the manifest", field="files")
     return target
 
 

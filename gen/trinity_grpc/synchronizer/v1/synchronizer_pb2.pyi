@@ -415,24 +415,33 @@ class FileManifest(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     SIZE_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    CRC32_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """Path relative to the checkpoint directory."""
     size: _builtins.int
     """Size in bytes."""
     sha256: _builtins.str
-    """Hex SHA-256 of the contents."""
+    """Hex SHA-256 of the contents; empty when the publisher recorded crc32 instead."""
+    crc32: _builtins.int
+    """CRC-32 (zlib's, as Python's zlib.crc32) of the contents. Checkpoints written by
+    sync_method checkpoint carry this instead of sha256: it is checked at about 3.5 GB/s per
+    core where SHA-256 takes 1.5, and it guards against torn or replaced files, not tampering.
+    """
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         size: _builtins.int = ...,
         sha256: _builtins.str = ...,
+        crc32: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_crc32", b"_crc32", "crc32", b"crc32"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_crc32", b"_crc32", "crc32", b"crc32", "path", b"path", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__crc32: _TypeAlias = _typing.Literal["crc32"]  # noqa: Y015
+    _WhichOneofArgType__crc32: _TypeAlias = _typing.Literal["_crc32", b"_crc32"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__crc32) -> _WhichOneofReturnType__crc32 | None: ...
 
 Global___FileManifest: _TypeAlias = FileManifest  # noqa: Y015
 
