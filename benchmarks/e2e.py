@@ -224,7 +224,8 @@ def our_config(
             "trainer_input": {"experience_buffer": {"name": "experiences", "storage_type": "queue"}},
         },
         "explorer": {"eval_on_startup": False, "eval_interval": 100000},
-        "synchronizer": {"sync_method": "nccl", "sync_interval": 1},  # a gloo group on CPU
+        # nccl (default: a gloo group on CPU) or checkpoint files (what the CPU demo uses)
+        "synchronizer": {"sync_method": args.sync_method, "sync_interval": 1},
         "trainer": {"save_interval": 100000, "micro_batch_size": args.batch * args.repeat},
         "monitor": {"monitor_type": "none"},
         "services": {name: {"port": 0} for name in ("buffer", "synchronizer", "trainer", "explorer")},
@@ -364,6 +365,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rounds", type=int, default=None, help="runs of each side, alternating order (default 2, --quick 1)"
     )
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--sync-method",
+        choices=("checkpoint", "nccl"),
+        default="nccl",
+        help="our weight sync: nccl (default; a gloo group on CPU) or checkpoint files (what the CPU demo uses)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, run dir)")
     args = parser.parse_args(argv)
     if args.steps is None:
@@ -435,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         "lr": args.lr,
         "sft_warmup_steps": args.sft_steps,
         "device": "cpu",
+        "sync_method": args.sync_method,
         "torch_threads": torch.get_num_threads(),
     }
     result = result_line(ours, trl_side, trl.__version__, config)
