@@ -108,13 +108,17 @@ class Run:
 
 async def run_worked_example(tmp_path: pathlib.Path, method: str) -> Run:
     run = Run(tmp_path, sync_method=method, sync_interval=2, sync_offset=1, sync_timeout=20)
-    await run.start_synchronizer()
-    run.member("trainer", "trainer", 6, "--min-explorers", "2")
-    run.member("explorer", "explorer-a", 8)
-    run.member("explorer", "explorer-b", 8, "--step-s", "0.1")
-    await run.wait_for(
-        lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
-    )
+    try:
+        await run.start_synchronizer()
+        run.member("trainer", "trainer", 6, "--min-explorers", "2")
+        run.member("explorer", "explorer-a", 8)
+        run.member("explorer", "explorer-b", 8, "--step-s", "0.1")
+        await run.wait_for(
+            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
+        )
+    except BaseException:  # the caller's finally only guards a run it got back: stop the processes here
+        run.stop()
+        raise
     return run
 
 
@@ -240,13 +244,17 @@ async def run_pinned(tmp_path: pathlib.Path, method: str, style: str) -> Run:
         sync_timeout=20,
         heartbeat_interval_s=0.1,
     )
-    await run.start_synchronizer()
-    run.member("trainer", "trainer", 6, "--min-explorers", "2", "--lead", "explorer-b=2")
-    run.member("explorer", "explorer-a", 7, "--lead", "0")
-    run.member("explorer", "explorer-b", 9, "--lead", "2")
-    await run.wait_for(
-        lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
-    )
+    try:
+        await run.start_synchronizer()
+        run.member("trainer", "trainer", 6, "--min-explorers", "2", "--lead", "explorer-b=2")
+        run.member("explorer", "explorer-a", 7, "--lead", "0")
+        run.member("explorer", "explorer-b", 9, "--lead", "2")
+        await run.wait_for(
+            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
+        )
+    except BaseException:  # the caller's finally only guards a run it got back: stop the processes here
+        run.stop()
+        raise
     return run
 
 
