@@ -145,6 +145,12 @@ class BufferClient(ServiceClient):
     async def nack(self, lease_id: str) -> int:
         return int((await self._call("Nack", bpb.NackRequest(lease_id=lease_id))).returned)
 
+    async def nack_reader(self, buffer: str, reader_id: str) -> int:
+        """Give back every lease `reader_id` holds in `buffer` (a restarted reader's first call);
+        returns the number of items made readable again."""
+        req = bpb.NackRequest(reader_id=reader_id, buffer=buffer)
+        return int((await self._call("Nack", req)).returned)
+
     async def read_tasks(
         self,
         taskset: str,

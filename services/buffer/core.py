@@ -223,6 +223,7 @@ class BufferCore:
         max_wait: float = -1.0,
         lease_s: float = 0.0,
         min_model_version: int = 0,
+        reader_id: str = "",
     ) -> ReadResult:
         buf = self.items(name)
         if not 1 <= batch_size <= self.defaults.max_batch_items:
@@ -233,7 +234,11 @@ class BufferCore:
         if lease_s < 0:
             raise InvalidArgument(f"lease_s must be >= 0, got {lease_s}", field="lease_s")
         return await buf.read(
-            batch_size, max_wait=max_wait, lease_s=lease_s, min_model_version=min_model_version
+            batch_size,
+            max_wait=max_wait,
+            lease_s=lease_s,
+            min_model_version=min_model_version,
+            reader_id=reader_id,
         )
 
     def _lease_owner(self, lease_id: str) -> ItemBuffer:
@@ -245,7 +250,26 @@ class BufferCore:
     async def ack(self, lease_id: str) -> int:
         return await self._lease_owner(lease_id).ack(lease_id)
 
-    async def nack(self, lease_id: str) -> int:
+    async def nack(self, lease_id: str = "", *, reader_id: str = "", buffer: str = "") -> int:
+        """Give back one lease, or (reader_id and buffer) every lease that reader holds in the buffer."""
+        if lease_id and reader_id:
+            raise InvalidArgument(
+                "set lease_id (one lease) or reader_id (every lease of that reader), not both",
+                field="reader_id",
+            )
+        if reader_id:
+            if not buffer:
+                raise InvalidArgument("a Nack by reader_id needs the buffer it read from", field="buffer")
+            return await self.items(buffer).nack_reader(reader_id)
+        if not lease_id:
+            raise InvalidArgument(
+                "set lease_id (one lease) or reader_id with buffer (every lease of that reader)",
+                field="lease_id",
+            )
+        if buffer:
+            raise InvalidArgument(
+                "buffer goes with reader_id; a lease_id names its own buffer", field="buffer"
+            )
         return await self._lease_owner(lease_id).nack(lease_id)
 
     async def scan(self, name: str, offset: int, limit: int) -> tuple[list[bytes], int]:

@@ -81,6 +81,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
             max_wait=_budget(context, wait) or 0.0,
             lease_s=req.lease_s,
             min_model_version=req.min_model_version,
+            reader_id=req.reader_id,
         )
 
     async def Read(self, request: bpb.ReadRequest, context: Any) -> bytes:  # noqa: N802
@@ -99,7 +100,8 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
         return bpb.AckResponse(acked=await self.core.ack(request.lease_id))
 
     async def Nack(self, request: bpb.NackRequest, context: Any) -> bpb.NackResponse:  # noqa: N802
-        return bpb.NackResponse(returned=await self.core.nack(request.lease_id))
+        returned = await self.core.nack(request.lease_id, reader_id=request.reader_id, buffer=request.buffer)
+        return bpb.NackResponse(returned=returned)
 
     async def ReadTasks(self, request: bpb.ReadTasksRequest, context: Any) -> bpb.ReadTasksResponse:  # noqa: N802
         b = await self.core.read_tasks(

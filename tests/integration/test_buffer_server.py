@@ -18,6 +18,7 @@ from services.buffer.client import BufferClient
 from services.common import errors
 from services.common.experience import Experience
 from services.common.procs import free_port, start_service, stop_process, wait_healthy
+from trinity_grpc.buffer.v1 import buffer_pb2 as bpb
 from trinity_grpc.common.v1 import common_pb2 as pb
 
 COOLDOWN = 0.3
@@ -182,6 +183,51 @@ async def test_lease_expiry_partial_batch_and_idempotent_retry(client):
         await client.ack(partial.lease_id)
     assert await client.ack(back.lease_id) == 2
     assert (await client.stats("leases")).written == 2
+
+
+# A reader that dies the moment its Read returns, before it can record the lease id anywhere.
+KILLED_READER = """
+import asyncio, os, signal, sys
+from services.buffer.client import BufferClient
+
+async def main():
+    async with await BufferClient.connect(sys.argv[1], timeout=10) as buf:
+        batch = await buf.read("orphans", 3, max_wait=0, lease_s=600, reader_id="trainer")
+        assert len(batch.experiences) == 3, batch
+        os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+async def test_leases_of_a_killed_reader_are_returned_by_reader_id(server, client):
+    await client.create_buffer("orphans", "fifo")
+    await client.write("orphans", [exp(label=x) for x in "abcde"])
+    other = await client.read("orphans", 1, max_wait=0, lease_s=600, reader_id="someone-else")  # a
+    killed = await asyncio.create_subprocess_exec(sys.executable, "-c", KILLED_READER, server)
+    assert await asyncio.wait_for(killed.wait(), 60) == -9  # b, c, d leased for 600 s, id lost
+    assert ((s := await client.stats("orphans")).leased, s.depth) == (4, 1)
+    assert await client.nack_reader("orphans", "trainer") == 3
+    assert await client.nack_reader("orphans", "trainer") == 0
+    back = await client.read("orphans", 10, max_wait=0)
+    assert labels(back) == ["b", "c", "d", "e"]
+    assert await client.ack(other.lease_id) == 1  # another reader's lease is untouched
+    await client.ack(back.lease_id)
+
+
+async def test_nack_needs_exactly_one_of_lease_id_and_reader_id(client):
+    cases = {
+        "lease_id": bpb.NackRequest(),
+        "reader_id": bpb.NackRequest(lease_id="exp:1", reader_id="trainer", buffer="exp"),
+        "buffer": bpb.NackRequest(reader_id="trainer"),
+    }
+    for field, request in cases.items():
+        with pytest.raises(errors.InvalidArgument) as err:
+            await client._call("Nack", request)
+        assert err.value.field == field
+    with pytest.raises(errors.NotFound) as err:
+        await client.nack_reader("missing", "trainer")
+    assert err.value.field == "buffer"
 
 
 async def test_end_of_data_and_stream_read(client):

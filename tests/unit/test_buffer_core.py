@@ -69,6 +69,54 @@ async def test_nack_returns_items_first_and_ack_after_nack_fails(core):
         await core.ack(first.lease_id)
 
 
+async def test_nack_by_reader_returns_its_leases_in_order_and_survives_reopen(tmp_path):
+    """A reader killed after the buffer committed its leases (ids never recorded) gets them back by
+    reader id, in arrival order; leases of other readers and of anonymous reads stay."""
+    data = str(tmp_path / "d")
+    c1 = BufferCore(data, Defaults(lease_s=600))
+    await c1.start([BufferSpec("q", "fifo", {}), BufferSpec("t", "table", {})])
+    await c1.write("q", [exp(label=x) for x in "abcdef"])
+    await c1.write("t", [exp(label="t0")])
+    await c1.read("q", 2, max_wait=0, reader_id="trainer")  # a, b
+    other = await c1.read("q", 1, max_wait=0, reader_id="other")  # c
+    anonymous = await c1.read("q", 1, max_wait=0)  # d
+    await c1.read("q", 1, max_wait=0, reader_id="trainer")  # e
+    in_table = await c1.read("t", 1, max_wait=0, reader_id="trainer")
+    await c1.close()
+
+    c2 = BufferCore(data, Defaults(lease_s=600))
+    await c2.start([BufferSpec("q", "fifo", {}), BufferSpec("t", "table", {})])
+    assert (await c2.stats("q")).leased == 5
+    assert await c2.nack(reader_id="trainer", buffer="q") == 3
+    assert await c2.nack(reader_id="trainer", buffer="q") == 0  # nothing left to give back
+    assert await c2.nack(reader_id="nobody", buffer="q") == 0
+    st = await c2.stats("q")
+    assert (st.depth, st.leased) == (4, 2)
+    again = await c2.read("q", 10, max_wait=0, reader_id="trainer")
+    assert labels(again.payloads) == ["a", "b", "e", "f"]
+    assert await c2.ack(other.lease_id) == 1 and await c2.ack(anonymous.lease_id) == 1
+    assert await c2.ack(in_table.lease_id) == 1  # only the named buffer was touched
+    await c2.close()
+
+
+async def test_nack_needs_exactly_one_of_lease_id_and_reader_id(core):
+    with pytest.raises(InvalidArgument) as err:
+        await core.nack()
+    assert err.value.field == "lease_id"
+    with pytest.raises(InvalidArgument) as err:
+        await core.nack("q:x", reader_id="trainer", buffer="q")
+    assert err.value.field == "reader_id"
+    with pytest.raises(InvalidArgument) as err:
+        await core.nack(reader_id="trainer")
+    assert err.value.field == "buffer"
+    with pytest.raises(InvalidArgument) as err:
+        await core.nack("q:x", buffer="q")
+    assert err.value.field == "buffer"
+    with pytest.raises(NotFound) as err:
+        await core.nack(reader_id="trainer", buffer="missing")
+    assert err.value.field == "buffer"
+
+
 async def test_expired_lease_makes_items_readable_again(core):
     await core.write("q", [exp(label="a")])
     leased = await core.read("q", 1, max_wait=0, lease_s=0.2)

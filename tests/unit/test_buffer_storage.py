@@ -76,5 +76,6 @@ async def test_file_with_payloads_inside_items_is_migrated(tmp_path):
     with sqlite3.connect(path) as db:
         columns = [r[1] for r in db.execute("PRAGMA table_info(items)")]
     assert "payload" not in columns
+    assert {"leased_at", "leased_by"} <= set(columns)  # columns added since that layout
     assert count(str(path), "SELECT count(*) FROM payloads") == 0
     assert count(str(path), "SELECT seq FROM sqlite_sequence WHERE name = 'items'") == 4

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sqlalchemy import select, text
+from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -45,6 +45,7 @@ _LAST_ID = (
 class Lease:
     expires_at: float  # unix s
     count: int
+    reader: str = ""  # reader_id of the Read that took it ("" when none was given)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class _Claimed:
     lease_id: str
     expires: float
     now: float
+    reader: str
 
 
 @dataclass
@@ -143,8 +145,11 @@ class ItemBuffer:
                 m.leased = n
         q = "SELECT ready_at, count(*) FROM items WHERE state = 0 AND ready_at > :now GROUP BY ready_at"
         m.cooling = {r: n for r, n in (await conn.execute(text(q), {"now": now})).all()}
-        q = "SELECT lease_id, min(lease_expires), count(*) FROM items WHERE state = 1 GROUP BY lease_id"
-        m.leases = {lid: Lease(exp, n) for lid, exp, n in (await conn.execute(text(q))).all()}
+        q = (
+            "SELECT lease_id, min(lease_expires), count(*), max(leased_by) FROM items WHERE state = 1 "
+            "GROUP BY lease_id"
+        )
+        m.leases = {lid: Lease(exp, n, by or "") for lid, exp, n, by in (await conn.execute(text(q))).all()}
         m.writers = {
             w: bool(c)
             for w, c in (await conn.execute(select(s.writers.c.writer_id, s.writers.c.closed))).all()
@@ -153,7 +158,7 @@ class ItemBuffer:
 
     async def ensure_counters(self) -> None:
         """Counters row, payload trigger, and files from before `payloads` moved out of `items` or
-        before `leased_at`."""
+        before `leased_at` / `leased_by`."""
 
         async def op(conn: AsyncConnection) -> None:
             await conn.execute(sqlite_insert(s.counters).values(id=1).on_conflict_do_nothing())
@@ -165,6 +170,8 @@ class ItemBuffer:
                 await conn.exec_driver_sql("ALTER TABLE items DROP COLUMN payload")
             if "leased_at" not in columns:
                 await conn.exec_driver_sql("ALTER TABLE items ADD COLUMN leased_at FLOAT")
+            if "leased_by" not in columns:
+                await conn.exec_driver_sql("ALTER TABLE items ADD COLUMN leased_by VARCHAR")
             await conn.exec_driver_sql(s.PAYLOADS_TRIGGER)
 
         await self.db.write(op)
@@ -280,9 +287,17 @@ class ItemBuffer:
 
     # ---- read --------------------------------------------------------------------------
     async def read(
-        self, batch_size: int, *, max_wait: float = -1.0, lease_s: float = 0.0, min_model_version: int = 0
+        self,
+        batch_size: int,
+        *,
+        max_wait: float = -1.0,
+        lease_s: float = 0.0,
+        min_model_version: int = 0,
+        reader_id: str = "",
     ) -> ReadResult:
-        """Lease up to `batch_size` items, waiting up to `max_wait` s (negative: max_read_timeout)."""
+        """Lease up to `batch_size` items, waiting up to `max_wait` s (negative: max_read_timeout).
+
+        The lease records `reader_id`, so `nack_reader` can give it back without its id."""
         wait = self.max_read_timeout if max_wait < 0 else max_wait
         deadline = time.time() + wait
         lease_id = f"{self.name}{LEASE_SEP}{uuid.uuid4().hex}"
@@ -298,7 +313,9 @@ class ItemBuffer:
                 or (min_model_version and self.available(now))
             ):
                 claimed = await self.db.write(
-                    lambda conn, n=missing: self._claim_op(conn, lease_id, lease_len, n, min_model_version),
+                    lambda conn, n=missing: self._claim_op(
+                        conn, lease_id, lease_len, n, min_model_version, reader_id
+                    ),
                     self._after_claim,
                 )
                 if claimed.rows and not got:  # from the commit: its own latency is no waiting
@@ -338,7 +355,7 @@ class ItemBuffer:
         return (0.0, 0.0, row[0])
 
     async def _claim_op(
-        self, conn: AsyncConnection, lease_id: str, lease_len: float, n: int, min_version: int
+        self, conn: AsyncConnection, lease_id: str, lease_len: float, n: int, min_version: int, reader: str
     ) -> _Claimed:
         now = time.time()
         expires = now + lease_len
@@ -362,21 +379,22 @@ class ItemBuffer:
         await _bump(conn, dropped=dropped)
         claim = text(
             "UPDATE items SET state = 1, lease_id = :lease, lease_expires = :exp, leased_at = :now, "
-            "use_count = use_count + 1 "
+            "leased_by = :reader, use_count = use_count + 1 "
             f"WHERE id IN (SELECT id FROM items WHERE state = 0 AND ready_at <= :now ORDER BY {self.order_by} LIMIT :n) "
             f"RETURNING id, priority, {s.ENTERED_AT}"
         )
-        claimed = (await conn.execute(claim, {"lease": lease_id, "exp": expires, "now": now, "n": n})).all()
+        params = {"lease": lease_id, "exp": expires, "now": now, "reader": reader or None, "n": n}
+        claimed = (await conn.execute(claim, params)).all()
         rows = await _with_payloads(conn, claimed)
         await _bump(conn, read=len(rows))
-        return _Claimed(rows, reaped, dropped, lease_id, expires, now)
+        return _Claimed(rows, reaped, dropped, lease_id, expires, now, reader)
 
     def _after_claim(self, c: _Claimed) -> None:
         back = sum(c.reaped.values())
         for lid in c.reaped:
             self.m.leases.pop(lid, None)
         if c.rows:
-            lease = self.m.leases.setdefault(c.lease_id, Lease(c.expires, 0))
+            lease = self.m.leases.setdefault(c.lease_id, Lease(c.expires, 0, c.reader))
             lease.count += len(c.rows)
         self.m.leased += len(c.rows) - back
         self.m.ready += back - len(c.rows) - c.dropped
@@ -428,19 +446,35 @@ class ItemBuffer:
     async def nack(self, lease_id: str) -> int:
         """Make the lease's items readable again at once (not counted as used)."""
         self._live_lease(lease_id)
+        return await self._give_back([lease_id])
+
+    async def nack_reader(self, reader_id: str) -> int:
+        """Give back every lease `reader_id` holds, expired ones included; returns the rows made readable.
+
+        For a restarted reader: its predecessor may have died after the buffer committed a lease
+        but before it learnt (or recorded) the lease id. A lease the same reader takes while this
+        call waits for the writer is not included."""
+        if not reader_id:
+            raise InvalidArgument("reader_id must not be empty", field="reader_id")
+        held = [lid for lid, lease in self.m.leases.items() if lease.reader == reader_id]
+        return await self._give_back(held) if held else 0
+
+    async def _give_back(self, lease_ids: list[str]) -> int:
+        """Put the rows still under these leases back in READY; returns how many."""
 
         async def op(conn: AsyncConnection) -> int:
             res = await conn.execute(
                 text(
-                    "UPDATE items SET state = 0, lease_id = NULL, lease_expires = NULL, use_count = max(use_count - 1, 0) "
-                    "WHERE lease_id = :lease AND state = 1"
-                ),
-                {"lease": lease_id},
+                    "UPDATE items SET state = 0, lease_id = NULL, lease_expires = NULL, "
+                    "use_count = max(use_count - 1, 0) WHERE lease_id IN :leases AND state = 1"
+                ).bindparams(bindparam("leases", expanding=True)),
+                {"leases": lease_ids},
             )
             return int(res.rowcount)
 
         def after(n: int) -> None:
-            self.m.leases.pop(lease_id, None)
+            for lid in lease_ids:
+                self.m.leases.pop(lid, None)
             self.m.leased -= n
             self.m.ready += n
             self._notify()

@@ -31,6 +31,9 @@ items = Table(
     # unix s of the claim that leased the row: a priority item's reuse cooldown runs from its read,
     # as in Trinity, even when the reader acks much later.
     Column("leased_at", Float, nullable=True),
+    # reader_id of the Read that took the lease (NULL: none given): a restarted reader gives back
+    # the leases its killed predecessor took but never learnt the id of (Nack by reader_id).
+    Column("leased_by", String, nullable=True),
     sqlite_autoincrement=True,
 )
 # The serialized trinity_grpc.common.v1.Experience of each item (id = items.id); deleted with

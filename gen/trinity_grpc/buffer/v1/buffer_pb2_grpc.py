@@ -160,7 +160,8 @@ class BufferServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Nack(self, request, context):
-        """Gives a lease back: its items become readable again at once.
+        """Gives a lease back, or every lease one reader holds in a buffer: the items become readable
+        again at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -57,7 +57,9 @@ class BufferServiceStub:
     Ack: _grpc.UnaryUnaryMultiCallable[_buffer_pb2.AckRequest, _buffer_pb2.AckResponse]
     """Confirms a lease: its items are consumed (fifo), cooled down (priority) or marked read."""
     Nack: _grpc.UnaryUnaryMultiCallable[_buffer_pb2.NackRequest, _buffer_pb2.NackResponse]
-    """Gives a lease back: its items become readable again at once."""
+    """Gives a lease back, or every lease one reader holds in a buffer: the items become readable
+    again at once.
+    """
     ReadTasks: _grpc.UnaryUnaryMultiCallable[_buffer_pb2.ReadTasksRequest, _buffer_pb2.ReadTasksResponse]
     """Reads the next batch of tasks from a taskset; the cursor is persisted."""
     ReportTaskFeedback: _grpc.UnaryUnaryMultiCallable[_buffer_pb2.ReportTaskFeedbackRequest, _buffer_pb2.ReportTaskFeedbackResponse]
@@ -100,7 +102,9 @@ class BufferServiceAsyncStub(BufferServiceStub):
     Ack: _aio.UnaryUnaryMultiCallable[_buffer_pb2.AckRequest, _buffer_pb2.AckResponse]  # type: ignore[assignment]
     """Confirms a lease: its items are consumed (fifo), cooled down (priority) or marked read."""
     Nack: _aio.UnaryUnaryMultiCallable[_buffer_pb2.NackRequest, _buffer_pb2.NackResponse]  # type: ignore[assignment]
-    """Gives a lease back: its items become readable again at once."""
+    """Gives a lease back, or every lease one reader holds in a buffer: the items become readable
+    again at once.
+    """
     ReadTasks: _aio.UnaryUnaryMultiCallable[_buffer_pb2.ReadTasksRequest, _buffer_pb2.ReadTasksResponse]  # type: ignore[assignment]
     """Reads the next batch of tasks from a taskset; the cursor is persisted."""
     ReportTaskFeedback: _aio.UnaryUnaryMultiCallable[_buffer_pb2.ReportTaskFeedbackRequest, _buffer_pb2.ReportTaskFeedbackResponse]  # type: ignore[assignment]
@@ -182,7 +186,9 @@ class BufferServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _buffer_pb2.NackRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_buffer_pb2.NackResponse, _abc.Awaitable[_buffer_pb2.NackResponse]]:
-        """Gives a lease back: its items become readable again at once."""
+        """Gives a lease back, or every lease one reader holds in a buffer: the items become readable
+        again at once.
+        """
 
     @_abc_1.abstractmethod
     def ReadTasks(
