@@ -92,6 +92,10 @@ class DatasetAwareSource:
     async def nack(self, lease_id: str) -> Any:
         return await self.buffer.nack(lease_id) if lease_id else None
 
+    async def nack_reader(self, buffer: str, reader_id: str) -> int:
+        """Dataset buffers hold no leases (their cursor moved when the rows were handed out): 0."""
+        return 0 if buffer in self.datasets else int(await self.buffer.nack_reader(buffer, reader_id))
+
 
 class _DatasetRead:
     def __init__(self, lease_id: str, experiences: list[Experience], end_of_data: bool) -> None:

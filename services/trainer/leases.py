@@ -5,12 +5,19 @@ passes. The journal (`<run dir>/trainer/leases-<name>.json`, rewritten atomicall
 lists the leases held right now; the next trainer of the same name nacks them before its first
 read, so the rows are readable again at once. Leases the buffer no longer knows (acked or expired
 meanwhile) are skipped.
+
+The journal cannot cover a trainer killed after the buffer committed a Read but before the reply
+reached the journal. Every Read carries the trainer's name as reader_id and the buffer records it
+with the lease, so the next trainer then also asks each buffer it reads to give back every lease
+of that reader. Only one trainer reads (rank 0) and it does this before its first read, so any
+lease of that reader id is its dead predecessor's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from services.common import errors
@@ -33,8 +40,9 @@ class LeaseJournal:
             self.held.remove(lease)
             self._write()
 
-    async def return_previous(self, source: Any) -> int:
-        """Nack what a previous trainer held when it died; returns the number of leases given back."""
+    async def return_previous(self, source: Any, *, reader_id: str, buffers: Sequence[str]) -> int:
+        """Give back what a previous trainer held when it died: the journaled leases, then every
+        lease `reader_id` still holds in `buffers`. Returns the number of journaled leases given back."""
         returned = 0
         for lease in self._read():
             try:
@@ -43,6 +51,16 @@ class LeaseJournal:
                 log.info("previous_lease_returned", lease=lease, rows=rows)
             except errors.TrinityError as exc:  # acked or expired meanwhile: nothing to give back
                 log.info("previous_lease_gone", lease=lease, error=str(exc))
+        for buffer in buffers:
+            try:
+                rows = await source.nack_reader(buffer, reader_id)
+            except errors.TrinityError as exc:  # no such buffer, or one without leases by reader
+                log.warning(
+                    "previous_reader_leases_not_returned", buffer=buffer, reader=reader_id, error=str(exc)
+                )
+                continue
+            if rows:
+                log.info("previous_reader_leases_returned", buffer=buffer, reader=reader_id, rows=rows)
         self.held = []
         self._write()
         return returned

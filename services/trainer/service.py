@@ -6,7 +6,8 @@ Ordering is the crash-safety contract:
   3. the leases are acked — from now on the buffer never hands those rows out again;
   4. the new weights are published when the sync plan says so;
   5. every `save_interval` steps (and at the end) a full checkpoint is written atomically.
-A SIGKILL between 1 and 3 leaves the rows leased: the restarted trainer nacks them first (leases.py),
+A SIGKILL between 1 and 3 leaves the rows leased: the restarted trainer nacks them first (leases.py:
+the leases it journaled, and by reader id those whose Read reply it died before journaling),
 so the buffer hands them out again at once instead of after `buffer.lease_s` (they were never
 acked, and the weights that saw them were never saved). A SIGKILL after 3 loses the optimizer
 steps since the last checkpoint, but never re-trains acked rows: the restarted trainer resumes the
@@ -58,6 +59,10 @@ class ExperienceSource(Protocol):
     async def ack(self, lease_id: str) -> Any: ...
 
     async def nack(self, lease_id: str) -> Any: ...
+
+    async def nack_reader(self, buffer: str, reader_id: str) -> int:
+        """Give back every lease `reader_id` holds in `buffer`; returns the rows made readable."""
+        ...
 
 
 class WeightSink(Protocol):
@@ -158,7 +163,9 @@ class TrainerLoop:
     async def run(self) -> None:
         log.info("trainer_started", step=self.engine.step, total_steps=self.total_steps,
                  algorithm=self.engine.algorithm.name)
-        await self.leases.return_previous(self.source)
+        await self.leases.return_previous(
+            self.source, reader_id=self.cfg.trainer.name, buffers=self._input_buffers()
+        )
         self._skip_published_steps()
         if self.engine.step > 0 and hasattr(self.sink, "publish_resumed"):
             if await self.sink.publish_resumed(self.engine.step, self.engine):
@@ -252,6 +259,13 @@ class TrainerLoop:
                     self.leases.release(lease)
                 return None
         return got
+
+    def _input_buffers(self) -> list[str]:
+        """Every buffer a step may read: the experience buffer and the auxiliary buffers."""
+        trainer_input = self.cfg.buffer.trainer_input
+        names = [trainer_input.experience_buffer.name or "experience_buffer"]
+        names += [aux.name or key for key, aux in trainer_input.auxiliary_buffers.items()]
+        return list(dict.fromkeys(names))
 
     def _buffer_name(self, request: ReadRequest) -> str:
         trainer_input = self.cfg.buffer.trainer_input

@@ -36,6 +36,8 @@ class FakeBuffer:
     leased: dict[str, list[Experience]] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     closed: bool = False
+    reader_of: dict[str, str] = field(default_factory=dict)  # lease -> reader_id
+    reader_nacks: list[tuple[str, str]] = field(default_factory=list)  # (buffer, reader_id) asked
 
     async def read(self, buffer, batch_size, *, max_wait, lease_s, reader_id="", min_model_version=0):
         for _ in range(20):
@@ -46,6 +48,7 @@ class FakeBuffer:
         lease = f"L{len(self.events)}"
         if take:
             self.leased[lease] = take
+            self.reader_of[lease] = reader_id
         self.events.append(f"read {lease} {len(take)}")
         return FakeRead(lease if take else "", take, end_of_data=self.closed and not self.rows and not take)
 
@@ -56,6 +59,13 @@ class FakeBuffer:
     async def nack(self, lease_id):
         self.events.append(f"nack {lease_id}")
         self.rows = self.leased.pop(lease_id) + self.rows
+
+    async def nack_reader(self, buffer, reader_id):
+        self.reader_nacks.append((buffer, reader_id))
+        mine = [lease for lease in self.leased if self.reader_of[lease] == reader_id]
+        back = [row for lease in mine for row in self.leased.pop(lease)]
+        self.rows = back + self.rows
+        return len(back)
 
 
 def _cfg(tmp_path: pathlib.Path, **trainer) -> TrinityConfig:
@@ -124,6 +134,40 @@ async def test_leases_of_a_killed_trainer_are_returned_at_restart(tmp_path: path
     lines = pathlib.Path(loop.progress_path).read_text().splitlines()
     assert rows_of(lines) == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]  # the returned rows
     assert json.loads(journal.read_text()) == []  # acked: nothing held any more
+
+
+async def test_a_lease_the_killed_trainer_never_journaled_is_returned_by_reader_id(tmp_path) -> None:
+    """Killed after the buffer committed its Read but before journaling the lease: the next trainer
+    asks the buffer for every lease of its reader id, so it need not wait out buffer.lease_s."""
+    cfg = _cfg(tmp_path, total_steps=1)
+    buffer = FakeBuffer(rows=_fixed_rows(2))
+    await buffer.read("experience_buffer", 4, max_wait=0, lease_s=600, reader_id="trainer")  # t0-*
+    other = await buffer.read("experience_buffer", 4, max_wait=0, lease_s=600, reader_id="someone-else")
+    buffer.events.clear()
+    loop = await asyncio.wait_for(_run(cfg, buffer), 60)  # without the return: waits for data forever
+    assert buffer.reader_nacks == [("experience_buffer", "trainer")]
+    lines = pathlib.Path(loop.progress_path).read_text().splitlines()
+    assert rows_of(lines) == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]  # the returned rows
+    assert list(buffer.leased) == [other.lease_id]  # another reader's lease is left alone
+
+
+async def test_reader_leases_of_a_buffer_that_cannot_return_them_do_not_stop_the_start(tmp_path) -> None:
+    """An auxiliary buffer the buffer service does not know (or a dataset buffer) is logged and skipped."""
+    cfg = _cfg(tmp_path, total_steps=1).model_copy(deep=True)
+    cfg.buffer.trainer_input.auxiliary_buffers = {
+        "gone": cfg.buffer.trainer_input.experience_buffer.model_copy(update={"name": "gone"})
+    }
+    buffer = FakeBuffer(rows=_fixed_rows(1))
+    asked = buffer.nack_reader
+
+    async def nack_reader(name, reader_id):
+        if name == "gone":
+            raise NotFound(f"no buffer named {name!r}", field="buffer")
+        return await asked(name, reader_id)
+
+    buffer.nack_reader = nack_reader  # type: ignore[method-assign]
+    loop = await _run(cfg, buffer)
+    assert loop.engine.step == 1 and buffer.reader_nacks == [("experience_buffer", "trainer")]
 
 
 async def test_resume_behind_the_newest_published_version_numbers_steps_after_it(tmp_path) -> None:
@@ -300,7 +344,7 @@ class NamedBuffers:
         self.reads.append((buffer, batch_size, min_model_version))
         queue = self.queues[buffer]
         queue.rows = [e for e in queue.rows if e.model_version >= min_model_version]
-        got = await queue.read(buffer, batch_size, max_wait=max_wait, lease_s=lease_s)
+        got = await queue.read(buffer, batch_size, max_wait=max_wait, lease_s=lease_s, reader_id=reader_id)
         lease = f"{buffer}:{got.lease_id}" if got.lease_id else ""
         if lease:
             self.lease_owner[lease] = buffer
@@ -311,6 +355,9 @@ class NamedBuffers:
 
     async def nack(self, lease_id):
         await self.queues[self.lease_owner.pop(lease_id)].nack(lease_id.split(":", 1)[1])
+
+    async def nack_reader(self, buffer, reader_id):
+        return await self.queues[buffer].nack_reader(buffer, reader_id)
 
 
 def _spy_batches(loop: TrainerLoop) -> list[list[bool]]:
@@ -350,6 +397,10 @@ async def test_mix_strategy_reads_expert_rows_from_the_auxiliary_buffer_and_mark
     assert seen == [[False, False, False, True]] * 2
     assert loop.cursor.per_buffer == {"experience_buffer": 6, "expert_data": 2}
     assert not any(q.leased for q in buffers.queues.values())  # every lease of both buffers acked
+    assert [q.reader_nacks for q in buffers.queues.values()] == [
+        [("experience_buffer", "trainer")],
+        [("expert_data", "trainer")],
+    ]  # at start, both buffers were asked for leases a killed predecessor held
 
 
 async def test_staleness_control_asks_for_fresh_rows_and_never_trains_older_ones(
