@@ -99,6 +99,24 @@ async def test_nack_by_reader_returns_its_leases_in_order_and_survives_reopen(tm
     await c2.close()
 
 
+async def test_a_cancelled_read_gives_back_the_rows_it_had_claimed(core):
+    """A Read waiting to fill its batch whose caller hangs up: nobody will learn its lease.
+    (With min_model_version a read claims what qualifies as it comes, then waits for more.)"""
+    await core.write("q", [exp(version=1, label="a")])
+    waiting = asyncio.create_task(core.read("q", 3, max_wait=30, min_model_version=1, reader_id="trainer"))
+    for _ in range(200):
+        if (await core.stats("q")).leased == 1:  # a is claimed; the read waits for 2 more
+            break
+        await asyncio.sleep(0.01)
+    assert (await core.stats("q")).leased == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    st = await core.stats("q")
+    assert (st.depth, st.leased) == (1, 0)
+    assert labels((await core.read("q", 3, max_wait=0)).payloads) == ["a"]
+
+
 async def test_nack_needs_exactly_one_of_lease_id_and_reader_id(core):
     with pytest.raises(InvalidArgument) as err:
         await core.nack()

@@ -13,6 +13,7 @@ waiting readers and writers can decide without a query. It is rebuilt from the f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -302,6 +303,27 @@ class ItemBuffer:
         deadline = time.time() + wait
         lease_id = f"{self.name}{LEASE_SEP}{uuid.uuid4().hex}"
         lease_len = lease_s if lease_s > 0 else self.lease_s
+        try:
+            return await self._lease_batch(
+                lease_id, batch_size, deadline, lease_len, min_model_version, reader_id
+            )
+        except BaseException:
+            # The caller is gone (cancelled: the client hung up or gave up) and never learns the
+            # lease: give back what it holds now instead of after the lease runs out. Shielded, as
+            # this task is being cancelled; if it fails, lease expiry still returns the rows.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._give_back([lease_id]))
+            raise
+
+    async def _lease_batch(
+        self,
+        lease_id: str,
+        batch_size: int,
+        deadline: float,
+        lease_len: float,
+        min_model_version: int,
+        reader_id: str,
+    ) -> ReadResult:
         got: list[Any] = []
         first_claim_at = 0.0
         while True:
