@@ -59,8 +59,7 @@ class LeaseJournal:
                     "previous_reader_leases_not_returned", buffer=buffer, reader=reader_id, error=str(exc)
                 )
                 continue
-            if rows:
-                log.info("previous_reader_leases_returned", buffer=buffer, reader=reader_id, rows=rows)
+            log.info("previous_reader_leases_returned", buffer=buffer, reader=reader_id, rows=rows)
         self.held = []
         self._write()
         return returned
