@@ -28,6 +28,7 @@ from services.synchronizer.ledger import (
     TensorEntry,
     Version,
 )
+from services.synchronizer.store import LedgerStore, NullStore, Snapshot
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,11 @@ class Assignment:
 
 
 class Synchronizer:
-    """See the module docstring. `clock` is injectable for liveness tests (seconds, monotonic)."""
+    """See the module docstring. `clock` is injectable for liveness tests (seconds, monotonic).
+
+    `store` keeps the durable part of the ledger (services/synchronizer/store.py): it is loaded
+    here, written before a publish is acknowledged, and rewritten when a member's step, held
+    version or registration changes (heartbeats do not write)."""
 
     def __init__(
         self,
@@ -58,13 +63,20 @@ class Synchronizer:
         member_timeout_s: float = 10.0,
         bucket_bytes: int = 256 << 20,
         clock: Callable[[], float] = time.monotonic,
+        store: LedgerStore | None = None,
     ) -> None:
         self.plan = plan
         self.member_timeout_s = member_timeout_s
         self.bucket_bytes = bucket_bytes
-        self.ledger = Ledger()
+        self.store = store or NullStore()
         self._clock = clock
+        saved = self.store.load()
+        self.ledger = saved.restore(clock()) if saved is not None else Ledger()
         self._changed = asyncio.Condition()
+
+    def _persist(self, *, latest: Version | None = None, fsync: bool = False) -> None:
+        """Write the durable part of the ledger (with `latest` as the newest version when given)."""
+        self.store.save(Snapshot.of(self.ledger, latest), fsync=fsync)
 
     # -- waits ---------------------------------------------------------------------------------
     async def _notify(self) -> None:
@@ -113,6 +125,7 @@ class Synchronizer:
             member.held = member.attempted = 0
             member.requested = False
         member.alive, member.last_seen = True, self._clock()
+        self._persist()
         await self._notify()
         return self.ledger.latest, member.step
 
@@ -195,6 +208,7 @@ class Synchronizer:
             raise errors.InvalidArgument("step is 1-based", field="step")
         member = self._member(member_id, EXPLORER)
         member.step, member.held = max(member.step, step - 1), held
+        self._persist()
         need, floor, reason = self._explorer_wants(member, step)
         await self._notify()
         if need < 0:
@@ -218,11 +232,13 @@ class Synchronizer:
     async def begin_trainer_step(self, member_id: str, step: int) -> bool:
         member = self._member(member_id, TRAINER)
         member.step = max(member.step, step - 1)
+        self._persist()
         return P.predicted_publish(self.plan, step, self.ledger.latest.version, self.ledger.any_request())
 
     async def end_trainer_step(self, member_id: str, step: int) -> tuple[bool, str]:
         member = self._member(member_id, TRAINER)
         member.step = max(member.step, step)
+        self._persist()
         await self._notify()  # staleness floors depend on the trainer's progress
         return P.trainer_publishes(self.plan, step, self.ledger.latest.version, self.ledger.any_request())
 
@@ -247,8 +263,9 @@ class Synchronizer:
         if self.plan.method == "checkpoint" and not (checkpoint_path and files):
             raise errors.InvalidArgument("sync_method checkpoint needs checkpoint_path and files", field="files")
         published = Version(version, checkpoint_path, tuple(files), tuple(tensors), time.time())
-        self.ledger.latest = published
         member.step = max(member.step, version)
+        self._persist(latest=published, fsync=True)  # on disk before it is acknowledged (or recorded)
+        self.ledger.latest = published
         if self.plan.method == "nccl":
             explorers = self.ledger.explorers()
             if self.plan.style == "dynamic_by_explorer":
@@ -304,6 +321,7 @@ class Synchronizer:
                 member.requested = False
             else:
                 member.last_sync_error = error or "unknown error"
+            self._persist()
         if group is not None and member_id in group.members:
             if not ok:
                 group.fail(f"{member_id}: {error or 'transfer failed'}")

@@ -104,8 +104,8 @@ class Group:
 
 @dataclass
 class Ledger:
-    """All state of the synchronizer (in memory: a restarted synchronizer starts from version 0
-    unless the trainer re-publishes; members re-register on their own)."""
+    """All state of the synchronizer. Its durable part (latest version, members' steps and held
+    versions) is saved by services/synchronizer/store.py; liveness and groups live in memory only."""
 
     members: dict[str, Member] = field(default_factory=dict)
     latest: Version = BASE_VERSION

@@ -1,6 +1,7 @@
 """The synchronizer's gRPC servicer: converts messages and calls `core.Synchronizer`.
 
-No torch here (it never carries weights): plan, ledger, liveness and the rendezvous only.
+No torch here (it never carries weights): plan, ledger, liveness and the rendezvous only. The
+ledger's durable part lives in `<run dir>/synchronizer/ledger.json` (store.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from services.common.version import __version__
 from services.synchronizer import convert as C
 from services.synchronizer.core import Synchronizer
 from services.synchronizer.plan import Plan
+from services.synchronizer.store import JsonFileStore, ledger_path
 from trinity_grpc.synchronizer.v1 import synchronizer_pb2 as pb
 from trinity_grpc.synchronizer.v1 import synchronizer_pb2_grpc as pb_grpc
 
@@ -135,10 +137,18 @@ class SynchronizerServicer(pb_grpc.SynchronizerServiceServicer):
 
 
 def build_core(cfg: TrinityConfig) -> Synchronizer:
+    """The core, with the ledger saved under the run dir and restored from there (see store.py)."""
     sync_cfg = cfg.synchronizer
-    return Synchronizer(
-        Plan.from_config(sync_cfg), member_timeout_s=sync_cfg.member_timeout_s, bucket_bytes=sync_cfg.bucket_mb << 20
+    store = JsonFileStore(ledger_path(cfg.run_dir))
+    core = Synchronizer(
+        Plan.from_config(sync_cfg),
+        member_timeout_s=sync_cfg.member_timeout_s,
+        bucket_bytes=sync_cfg.bucket_mb << 20,
+        store=store,
     )
+    steps = {m.member_id: m.step for m in core.ledger.members.values()}
+    log.info("ledger_loaded", path=store.path, latest_version=core.ledger.latest.version, members=steps)
+    return core
 
 
 async def serve(cfg: TrinityConfig) -> None:
