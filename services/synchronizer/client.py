@@ -22,6 +22,12 @@ Explorer:
         ... explore with weights of `version` ...                      # loads in place when a sync is due
     # receive(version: Version, into=None) -> dict[str, Tensor]: load one announced version.
 
+A member the synchronizer does not know (it restarted without this member in its ledger, see
+services/synchronizer/store.py) is registered again by the client itself, once per such failure:
+a call that gets NotFound for an unregistered member, or a heartbeat stream refused so, registers
+again and goes on; the process's step and held version are kept and reach the synchronizer with the
+next call or beat.
+
 Both helpers run torch work in a thread (the heartbeat keeps beating), report every transfer to
 the synchronizer, and raise WeightSyncError / DeadlineExceeded / FailedPrecondition on failure
 after reporting it; the group is then gone and the next sync builds a new one. torch is imported
@@ -35,6 +41,8 @@ import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import grpc
 
 from services.common import errors
 from services.common.client import ServiceClient
@@ -96,16 +104,50 @@ class SynchronizerClient(ServiceClient):
         self.heartbeat_interval_s = 2.0
         self.sync_timeout_s = 3600.0
         self._beat_task: asyncio.Task[None] | None = None
+        self._registrations = 0
+        self._register_lock = asyncio.Lock()
 
     async def register(self, member_id: str, role: str) -> Registration:
-        reply = await self._call(
+        reply = await self._register_call(member_id, role)
+        self.member_id, self.role, self.step = member_id, role, reply.last_step
+        return self._registered(reply)
+
+    async def _register_call(self, member_id: str, role: str) -> pb.RegisterResponse:
+        return await self._call(
             "Register", pb.RegisterRequest(member_id=member_id, role=C.ROLE_TO_PB.get(role, pb.ROLE_UNSPECIFIED))
         )
-        self.member_id, self.role, self.step = member_id, role, reply.last_step
+
+    def _registered(self, reply: pb.RegisterResponse) -> Registration:
+        self._registrations += 1
         self.heartbeat_interval_s = reply.heartbeat_interval_s or self.heartbeat_interval_s
         plan = C.plan_from_pb(reply.plan)
         self.sync_timeout_s = plan.timeout
         return Registration(C.version_from_pb(reply.current_version), reply.last_step, plan, self.heartbeat_interval_s)
+
+    async def _register_again(self, seen: int, why: str) -> None:
+        """The synchronizer does not know this member (it restarted without it in its ledger):
+        register again, keeping this process's step and held version (the next call and beat
+        tell them). `seen`: registrations counted before the failed call, so concurrent calls
+        that failed alike register once."""
+        async with self._register_lock:
+            if self._registrations != seen:
+                return
+            log.warning("registering_again", member=self.member_id, role=self.role, why=why)
+            reply = await self._register_call(self.member_id, self.role)
+            got = self._registered(reply)
+            log.info("registered_again", member=self.member_id, latest_version=got.current_version.version)
+
+    async def _member_call(self, method: str, request: Any, *, timeout: float | None = None) -> Any:
+        """A call on behalf of this member; NotFound for an unregistered member registers again
+        once and retries (the synchronizer restarted without this member in its ledger)."""
+        seen = self._registrations
+        try:
+            return await self._call(method, request, timeout=timeout)
+        except errors.NotFound as exc:
+            if exc.field != "member_id" or not self.member_id:
+                raise
+            await self._register_again(seen, str(exc))
+        return await self._call(method, request, timeout=timeout)
 
     def start_heartbeat(self) -> asyncio.Task[None]:
         """Keep a heartbeat stream open in the background (reconnecting after errors)."""
@@ -120,12 +162,21 @@ class SynchronizerClient(ServiceClient):
 
     async def _beat_forever(self) -> None:
         while True:
+            seen = self._registrations
             try:
                 async for reply in self._stub.Heartbeat(self._beats(), metadata=self._metadata()):
                     self.latest_seen = reply.latest_version
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the server restarted or the network blinked: try again
+            except grpc.aio.AioRpcError as exc:  # the server restarted or the network blinked: try again
+                log.warning("heartbeat_broken", member=self.member_id, error=exc.details() or exc.code().name)
+                if exc.code() == grpc.StatusCode.NOT_FOUND:  # restarted without this member in its ledger
+                    try:
+                        await self._register_again(seen, exc.details() or "heartbeat: not registered")
+                        continue
+                    except errors.TrinityError as err:
+                        log.warning("registering_again_failed", member=self.member_id, error=str(err))
+            except Exception as exc:
                 log.warning("heartbeat_broken", member=self.member_id, error=str(exc))
             await asyncio.sleep(self.heartbeat_interval_s)
 
@@ -144,7 +195,7 @@ class SynchronizerClient(ServiceClient):
         return self.sync_timeout_s + 10.0  # the server's own deadline fires first, with the reason
 
     async def begin_explorer_step(self, step: int) -> Decision:
-        reply = await self._call(
+        reply = await self._member_call(
             "BeginExplorerStep",
             pb.BeginExplorerStepRequest(member_id=self.member_id, step=step, model_version=self.held),
             timeout=self._hold_timeout(),
@@ -154,12 +205,14 @@ class SynchronizerClient(ServiceClient):
         return Decision(load, reply.reason)
 
     async def begin_trainer_step(self, step: int) -> bool:
-        reply = await self._call("BeginTrainerStep", pb.BeginTrainerStepRequest(member_id=self.member_id, step=step))
+        request = pb.BeginTrainerStepRequest(member_id=self.member_id, step=step)
+        reply = await self._member_call("BeginTrainerStep", request)
         self.step = max(self.step, step - 1)
         return bool(reply.publish_after)
 
     async def end_trainer_step(self, step: int) -> bool:
-        reply = await self._call("EndTrainerStep", pb.EndTrainerStepRequest(member_id=self.member_id, step=step))
+        request = pb.EndTrainerStepRequest(member_id=self.member_id, step=step)
+        reply = await self._member_call("EndTrainerStep", request)
         self.step = max(self.step, step)
         return bool(reply.publish)
 
@@ -171,7 +224,7 @@ class SynchronizerClient(ServiceClient):
         tensors: tuple[TensorEntry, ...] = (),
     ) -> tuple[Version, list[str]]:
         """Announce `version`; returns (recorded version, receivers of its weight group)."""
-        reply = await self._call(
+        reply = await self._member_call(
             "PublishVersion",
             pb.PublishVersionRequest(
                 member_id=self.member_id,
@@ -185,7 +238,7 @@ class SynchronizerClient(ServiceClient):
         return C.version_from_pb(reply.version, files, tensors), list(reply.receivers)
 
     async def report_sync(self, version: int, ok: bool, error: str = "") -> None:
-        await self._call(
+        await self._member_call(
             "ReportSync", pb.ReportSyncRequest(member_id=self.member_id, version=version, ok=ok, error=error[:4000])
         )
         if ok and self.role == "explorer":
@@ -194,7 +247,7 @@ class SynchronizerClient(ServiceClient):
     async def join_weight_group(
         self, version: int, master_address: str = "", master_port: int = 0, backend: str = ""
     ) -> GroupAssignment:
-        reply = await self._call(
+        reply = await self._member_call(
             "JoinWeightGroup",
             pb.JoinWeightGroupRequest(
                 member_id=self.member_id,
