@@ -165,7 +165,8 @@ async def test_checkpoint_worked_example_two_explorers_bit_exact(tmp_path: pathl
     try:
         check_worked_example(run)
         run_dir = tmp_path / "runs" / "p" / "n"
-        kept = sorted(p.name for p in run_dir.iterdir() if p.name != "monitor")  # monitor: TensorBoard
+        # monitor: TensorBoard; synchronizer: its ledger
+        kept = sorted(p.name for p in run_dir.iterdir() if p.name not in ("monitor", "synchronizer"))
         # v2 was pruned once both explorers held v4 (keep_sync_checkpoints: 2 newest); no temp dirs
         assert kept == ["global_step_4", "global_step_6"]
         assert sorted(os.listdir(run_dir / "global_step_6")) == [
