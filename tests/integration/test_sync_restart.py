@@ -16,6 +16,9 @@ import os
 import pathlib
 import signal
 
+import pytest
+
+from services.common import errors
 from services.common.config import load_config
 from services.common.procs import free_port, wait_healthy
 from services.synchronizer.client import SynchronizerClient, WeightPublisher, WeightReceiver
@@ -114,4 +117,50 @@ async def test_sigkilled_synchronizer_keeps_acknowledged_versions_and_members_ca
         assert status.latest_version.version == 4
     finally:
         for client in (trainer, explorer, observer):
+            await client.close()
+
+
+async def test_a_weight_group_in_flight_is_gone_after_a_restart_and_the_next_sync_rebuilds_it(
+    tmp_path: pathlib.Path, service_process
+) -> None:
+    from services.synchronizer.transfer.broadcast import manifest_of
+
+    port = free_port()
+    config = write_config(tmp_path, port, sync_method="nccl", sync_interval=1, sync_timeout=10)
+    cfg = load_config(str(config))
+    address = f"127.0.0.1:{port}"
+    proc = await restart(service_process, config, port)
+    trainer = await SynchronizerClient.connect(address, services_cfg=cfg.services)
+    explorer = await SynchronizerClient.connect(address, services_cfg=cfg.services)
+    try:
+        await trainer.register("trainer", "trainer")
+        await explorer.register("explorer-a", "explorer")
+        assert (await explorer.begin_explorer_step(1)).load is None
+        explorer.step = 1
+        await trainer.begin_trainer_step(1)
+        assert await trainer.end_trainer_step(1)
+        tensors = manifest_of(weights(1))
+        version, receivers = await trainer.publish_version(1, tensors=tensors)
+        assert receivers == ["explorer-a"]  # a group is forming: nobody joined it yet
+
+        proc = await restart(service_process, config, port, proc)
+
+        # version 1 and its tensor list survived; its group did not: joining it fails loudly
+        with pytest.raises(errors.FailedPrecondition, match="no weight group for version 1"):
+            await trainer.join_weight_group(1, "127.0.0.1", free_port(), "gloo")
+        await trainer.report_sync(1, False, "group gone with the synchronizer")  # as WeightPublisher does
+        # the explorer runs on with what it holds and asks for a re-publish ...
+        decision = await explorer.begin_explorer_step(2)
+        assert decision.load is None and "asked for a re-publish" in decision.reason
+        # ... which the trainer makes after its next step, in a new group
+        await trainer.begin_trainer_step(2)
+        assert await trainer.end_trainer_step(2)
+        version, receivers = await trainer.publish_version(2, tensors=tensors)
+        assert version.version == 2 and version.tensors == tensors and receivers == ["explorer-a"]
+        status = await trainer.get_status()
+        assert [(g.version, g.state, list(g.members)) for g in status.groups] == [
+            (2, "forming", ["trainer", "explorer-a"])
+        ]
+    finally:
+        for client in (trainer, explorer):
             await client.close()
