@@ -52,8 +52,8 @@ class SynchronizerSink:
     async def publish_resumed(self, step: int, engine: Any) -> bool:
         """Publish the resumed weights as version `step` when the ledger has no version that new.
 
-        The synchronizer's ledger lives in memory: after a restart of the whole run it knows no
-        version, and explorers resuming at step `step + 1` wait for version `step`, which the plan
+        A synchronizer that started without its ledger file (services/synchronizer/store.py) knows
+        no version, and explorers resuming at step `step + 1` wait for version `step`, which the plan
         would only publish after data they have not made yet. The checkpoint's weights are that
         version, so they are published once, at start.
         """
