@@ -166,7 +166,7 @@ def _version_json(v: Version) -> dict[str, Any]:
     return {
         "version": v.version,
         "checkpoint_path": v.checkpoint_path,
-        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in v.files],
+        "files": [{"path": f.path, "size": f.size, "sha256": f.sha256, "crc32": f.crc32} for f in v.files],
         "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in v.tensors],
         "published_at": v.published_at,
     }
@@ -180,7 +180,10 @@ def _decode(raw: Any) -> Snapshot:
     latest = Version(
         int(v["version"]),
         str(v["checkpoint_path"]),
-        tuple(FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"])) for f in v["files"]),
+        tuple(
+            FileEntry(str(f["path"]), int(f["size"]), str(f["sha256"]), _optional_int(f.get("crc32")))
+            for f in v["files"]
+        ),
         tuple(
             TensorEntry(str(t["name"]), str(t["dtype"]), tuple(int(d) for d in t["shape"]))
             for t in v["tensors"]
@@ -194,3 +197,7 @@ def _decode(raw: Any) -> Snapshot:
         for m in raw["members"]
     )
     return Snapshot(latest, members)
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]

@@ -20,7 +20,10 @@ from services.synchronizer import store as S
 from services.synchronizer.core import Synchronizer
 from services.synchronizer.ledger import FileEntry, TensorEntry, Version
 
-FILES = (FileEntry("model.safetensors", 1234, "ab" * 32), FileEntry("config.json", 56, "cd" * 32))
+FILES = (
+    FileEntry("model.safetensors", 1234, crc32=0xDEADBEEF),
+    FileEntry("config.json", 56, "cd" * 32),
+)  # both checksum kinds
 TENSORS = (TensorEntry("embed.weight", "bfloat16", (64, 32)), TensorEntry("step", "int64", (1,)))
 
 
