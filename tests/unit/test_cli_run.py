@@ -45,10 +45,20 @@ def test_torch_threads_default_to_half_the_cores_at_least_one(
     assert run.child_env()["OMP_NUM_THREADS"] == threads
 
 
+@pytest.mark.parametrize(("cores", "threads"), [(8, "8"), (2, "2"), (1, "1"), (None, "2")])
+def test_a_worker_computing_alone_gets_every_core(
+    monkeypatch: pytest.MonkeyPatch, cores: int | None, threads: str
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert run.child_env(alone=True)["OMP_NUM_THREADS"] == threads
+
+
 def test_the_users_thread_count_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert run.child_env()["OMP_NUM_THREADS"] == "3"
+    assert run.child_env(alone=True)["OMP_NUM_THREADS"] == "3"
 
 
 def test_children_get_no_progress_bars_unbuffered_output_and_the_rest_of_the_environment(
