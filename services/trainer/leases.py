@@ -11,6 +11,11 @@ reached the journal. Every Read carries the trainer's name as reader_id and the 
 with the lease, so the next trainer then also asks each buffer it reads to give back every lease
 of that reader. Only one trainer reads (rank 0) and it does this before its first read, so any
 lease of that reader id is its dead predecessor's.
+
+A lease whose rows were trained but not acked (the buffer was gone when the trainer stopped) is
+journaled with the step that trained it. If the checkpoint the next trainer resumes from includes
+that step, the rows are in its weights: that lease is acked, not given back, so they are not
+trained twice. From an older checkpoint the step's update is lost, and the rows are given back.
 """
 
 from __future__ import annotations
@@ -29,23 +34,36 @@ log = get_logger("trainer.leases")
 class LeaseJournal:
     def __init__(self, run_dir: str, trainer_name: str) -> None:
         self.path = os.path.join(run_dir, "trainer", f"leases-{trainer_name}.json")
-        self.held: list[str] = []
+        self.held: dict[str, int | None] = {}  # lease -> the step that trained its rows (None: not yet)
 
     def hold(self, lease: str) -> None:
-        self.held.append(lease)
+        self.held[lease] = None
+        self._write()
+
+    def trained(self, leases: Sequence[str], step: int) -> None:
+        """The rows of `leases` are in the weights of `step` (acks may still fail)."""
+        for lease in leases:
+            self.held[lease] = step
         self._write()
 
     def release(self, lease: str) -> None:
-        if lease in self.held:
-            self.held.remove(lease)
+        if self.held.pop(lease, _MISSING) is not _MISSING:
             self._write()
 
-    async def return_previous(self, source: Any, *, reader_id: str, buffers: Sequence[str]) -> int:
-        """Give back what a previous trainer held when it died: the journaled leases, then every
-        lease `reader_id` still holds in `buffers`. Returns the number of journaled leases given back."""
+    async def return_previous(
+        self, source: Any, *, reader_id: str, buffers: Sequence[str], checkpoint_step: int = 0
+    ) -> int:
+        """Settle what a previous trainer held when it died: ack the journaled leases whose rows
+        the resumed checkpoint (`checkpoint_step`) already trained, give back the other journaled
+        ones, then every lease `reader_id` still holds in `buffers`. Returns the number of journaled
+        leases given back."""
         returned = 0
-        for lease in self._read():
+        for lease, step in self._read().items():
             try:
+                if step is not None and step <= checkpoint_step:
+                    rows = await source.ack(lease)
+                    log.info("previous_lease_acked", lease=lease, rows=rows, trained_at=step)
+                    continue
                 rows = await source.nack(lease)
                 returned += 1
                 log.info("previous_lease_returned", lease=lease, rows=rows)
@@ -60,16 +78,19 @@ class LeaseJournal:
                 )
                 continue
             log.info("previous_reader_leases_returned", buffer=buffer, reader=reader_id, rows=rows)
-        self.held = []
+        self.held = {}
         self._write()
         return returned
 
-    def _read(self) -> list[str]:
+    def _read(self) -> dict[str, int | None]:
         try:
             with open(self.path) as fh:
-                return [str(x) for x in json.load(fh)]
+                entries = json.load(fh)
         except (OSError, ValueError):
-            return []
+            return {}
+        if isinstance(entries, list):  # the format before trained steps were journaled
+            return {str(lease): None for lease in entries}
+        return {str(lease): (None if step is None else int(step)) for lease, step in entries.items()}
 
     def _write(self) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -77,3 +98,6 @@ class LeaseJournal:
         with open(tmp, "w") as fh:
             json.dump(self.held, fh)
         os.replace(tmp, self.path)
+
+
+_MISSING = object()

@@ -164,7 +164,8 @@ class TrainerLoop:
         log.info("trainer_started", step=self.engine.step, total_steps=self.total_steps,
                  algorithm=self.engine.algorithm.name)
         await self.leases.return_previous(
-            self.source, reader_id=self.cfg.trainer.name, buffers=self._input_buffers()
+            self.source, reader_id=self.cfg.trainer.name, buffers=self._input_buffers(),
+            checkpoint_step=self.engine.step,
         )
         self._skip_published_steps()
         if self.engine.step > 0 and hasattr(self.sink, "publish_resumed"):
@@ -226,6 +227,7 @@ class TrainerLoop:
             t0 = time.perf_counter()
             metrics = await asyncio.to_thread(self.engine.train_step, batch)
             train_s = time.perf_counter() - t0
+            self.leases.trained(got.leases, self.engine.step)
             t1 = time.perf_counter()
             for lease in got.leases:
                 await self._ack(lease)
@@ -319,6 +321,7 @@ class TrainerLoop:
         a step): its rows were handed out again and may be trained twice — raise buffer.lease_s.
         """
         deadline = time.monotonic() + self.cfg.buffer.lease_s
+        stopping_deadline: float | None = None
         while True:
             try:
                 await self.source.ack(lease)
@@ -331,6 +334,14 @@ class TrainerLoop:
             except (errors.Unavailable, errors.DeadlineExceeded) as exc:
                 if time.monotonic() > deadline:
                     raise
+                if self._stop.is_set():
+                    # Stopping (most often because the whole run is going down, the buffer with it):
+                    # a short wait, not lease_s; the journal keeps the lease with its trained step,
+                    # and the next trainer acks it once it resumed from a checkpoint that has it.
+                    stopping_deadline = stopping_deadline or time.monotonic() + self.cfg.services.shutdown_grace_s
+                    if time.monotonic() > stopping_deadline:
+                        log.warning("ack_deferred_to_restart", lease=lease, error=str(exc))
+                        return
                 log.warning("ack_retry", lease=lease, error=str(exc))
                 await asyncio.sleep(RETRY_DELAY_S)
 

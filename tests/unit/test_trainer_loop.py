@@ -6,7 +6,7 @@ import asyncio
 import json
 import pathlib
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -133,7 +133,7 @@ async def test_leases_of_a_killed_trainer_are_returned_at_restart(tmp_path: path
     assert buffer.events[:2] == [f"nack {held.lease_id}", "read L1 4"]
     lines = pathlib.Path(loop.progress_path).read_text().splitlines()
     assert rows_of(lines) == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]  # the returned rows
-    assert json.loads(journal.read_text()) == []  # acked: nothing held any more
+    assert json.loads(journal.read_text()) == {}  # acked: nothing held any more
 
 
 async def test_a_lease_the_killed_trainer_never_journaled_is_returned_by_reader_id(tmp_path) -> None:
@@ -230,6 +230,63 @@ async def test_stop_while_waiting_returns_leases_and_saves(tmp_path: pathlib.Pat
     assert buffer.events[-1].startswith("nack")  # the half batch goes back unacked
     assert len(buffer.rows) == 2 and not buffer.leased
     assert [s for s, _ in list_checkpoints(full_checkpoint_root(cfg.run_dir))] == [1]
+
+
+@dataclass
+class GoneAtAck(FakeBuffer):
+    """The buffer goes away as the first step's rows are trained: acks fail with UNAVAILABLE and the
+    whole run is stopping (on_gone asks the loop to stop) until `gone` is cleared."""
+
+    gone: bool = True
+    on_gone: Any = None
+
+    async def ack(self, lease_id):
+        if self.gone:
+            self.on_gone()
+            raise Unavailable("buffer stopping")
+        await super().ack(lease_id)
+
+
+async def test_a_stop_with_the_buffer_gone_defers_the_ack_to_the_next_trainer(tmp_path, monkeypatch) -> None:
+    """Stopping with an unreachable buffer: the trainer waits shutdown_grace_s for the ack, not
+    lease_s; it saves step 1 and journals the lease as trained at step 1. The next trainer resumes
+    from step 1, so it acks that lease instead of giving its rows back to be trained again."""
+    monkeypatch.setattr("services.trainer.service.RETRY_DELAY_S", 0.01)
+    cfg = _cfg(tmp_path, total_steps=2)
+    cfg.services.shutdown_grace_s = 0.2
+    buffer = GoneAtAck(rows=_fixed_rows(2))
+    built = build_engine(cfg, device="cpu")
+    loop = TrainerLoop(cfg, built.engine, built.tokenizer, buffer, state=built.state)
+    buffer.on_gone = loop.request_stop
+    await asyncio.wait_for(loop.run(), 30)  # lease_s is 600: only the stop-time bound ends the wait
+    assert loop.engine.step == 1
+    [lease] = buffer.leased
+    journal = pathlib.Path(cfg.run_dir) / "trainer" / "leases-trainer.json"
+    assert json.loads(journal.read_text()) == {lease: 1}
+    assert [s for s, _ in list_checkpoints(full_checkpoint_root(cfg.run_dir))] == [1]
+
+    buffer.gone = False
+    buffer.events.clear()
+    again = await _run(_cfg(tmp_path, total_steps=2), buffer)
+    assert again.engine.step == 2
+    assert buffer.events[:2] == [f"ack {lease}", "read L1 4"]  # acked first, then the second batch
+    trained = rows_of(pathlib.Path(again.progress_path).read_text().splitlines())
+    assert len(trained) == len(set(trained)) == 8  # steps 1 and 2 in one progress file: each row once
+    assert not buffer.leased and not buffer.rows and json.loads(journal.read_text()) == {}
+
+
+async def test_a_lease_trained_after_the_resumed_checkpoint_is_given_back(tmp_path) -> None:
+    """Trained at step 3 but the newest checkpoint is step 2 (killed before saving): that update is
+    lost, so the rows go back to the buffer rather than being acked."""
+    cfg = _cfg(tmp_path, total_steps=2)
+    buffer = FakeBuffer(rows=_fixed_rows(3))
+    await _run(cfg, buffer)  # steps 1-2, checkpoint 2
+    held = await buffer.read("b", 4, max_wait=0, lease_s=600)
+    journal = pathlib.Path(cfg.run_dir) / "trainer" / "leases-trainer.json"
+    journal.write_text(json.dumps({held.lease_id: 3}))
+    buffer.events.clear()
+    await _run(_cfg(tmp_path, total_steps=3), buffer)
+    assert buffer.events[:2] == [f"nack {held.lease_id}", "read L1 4"]
 
 
 @dataclass
