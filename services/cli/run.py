@@ -36,6 +36,7 @@ from services.common.config import TrinityConfig, load_config
 from services.common.entry import PARENT_ENV
 from services.common.errors import ConfigError, TrinityError
 from services.common.health import wait_healthy
+from services.common.logging import LOG_FILE_ENV
 from services.common.procs import free_port
 
 INFRA = ("buffer", "synchronizer")
@@ -154,7 +155,9 @@ class StageRunner:
         computing worker of the moment (see child_env)."""
         label = label or name
         os.makedirs(self.log_dir, exist_ok=True)
-        log_file = open(os.path.join(self.log_dir, f"{label}.log"), "ab")  # noqa: ASYNC230, SIM115 - closed in stop_all
+        log_path = os.path.join(self.log_dir, f"{label}.log")
+        # unbuffered: a line the pump took from the child is on disk even if the runner is killed
+        log_file = open(log_path, "ab", buffering=0)  # noqa: ASYNC230, SIM115 - closed in stop_all
         args = [arg for item in overrides for arg in ("--set", item)]
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -165,7 +168,7 @@ class StageRunner:
             *args,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env=child_env(alone=alone),
+            env={**child_env(alone=alone), LOG_FILE_ENV: log_path},
             start_new_session=True,
         )
         child = Child(label, proc, log_file)

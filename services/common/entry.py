@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import ConfigError, InvalidArgument, TrinityError
-from services.common.logging import configure_logging, get_logger
+from services.common.logging import configure_logging, get_logger, redirect_stdio
 
 SERVICE_PROTOS = {
     "buffer": ("trinity_grpc.buffer.v1", "buffer", "BufferService"),
@@ -94,12 +94,9 @@ def watch_parent(interval_s: float = 1.0) -> None:
     def watch() -> None:
         while os.getppid() == int(expected):
             time.sleep(interval_s)
-        # Our stdout/stderr were pipes to the dead runner: writing to them now raises BrokenPipeError
-        # (a shutdown that logs would fail midway), so they go to /dev/null from here on.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        os.close(devnull)
+        # Our stdout/stderr were pipes to the dead runner: from here on they append to the log file
+        # the runner kept for us, so the shutdown stays on record (services.common.logging).
+        redirect_stdio()
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

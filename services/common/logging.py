@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,6 +54,51 @@ def _add_request_id(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+LOG_FILE_ENV = "TRINITY_LOG_FILE"
+"""Set by `trinity run`: the file the runner copies this process's output into; the process
+appends to it itself once the runner's pipe is gone (see redirect_stdio)."""
+_redirect_lock = threading.Lock()
+_redirected = False
+
+
+def redirect_stdio() -> None:
+    """Point stdout and stderr (the file descriptors) at $TRINITY_LOG_FILE, or /dev/null without one.
+
+    For a child of a runner that died: its pipes are broken, and a log line written to them would
+    raise BrokenPipeError in whatever code logged it. Idempotent.
+    """
+    global _redirected
+    with _redirect_lock:
+        if _redirected:
+            return
+        try:
+            sink = os.open(os.environ.get(LOG_FILE_ENV) or os.devnull, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError:
+            sink = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(sink, 1)
+        os.dup2(sink, 2)
+        os.close(sink)
+        _redirected = True
+
+
+class _Stderr:
+    """sys.stderr for structlog's PrintLogger; a broken pipe (the runner died) moves the output to
+    the log file (redirect_stdio) and the line is written again there, so logging never raises."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stderr.write(text)
+        except BrokenPipeError:
+            redirect_stdio()
+            return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        try:
+            sys.stderr.flush()
+        except BrokenPipeError:
+            redirect_stdio()
+
+
 def configure_logging(service: str, level: str = "INFO", *, json: bool = True) -> None:
     """JSON lines on stderr: {"event", "level", "timestamp", "service", "request_id", ...}."""
     global _configured
@@ -68,7 +115,7 @@ def configure_logging(service: str, level: str = "INFO", *, json: bool = True) -
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.bind_contextvars(service=service)
