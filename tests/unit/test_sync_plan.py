@@ -66,7 +66,7 @@ async def run_fixed(plan: P.Plan, explorer_steps: int, trainer_steps: int, metho
     async def trainer() -> None:
         for t in range(1, trainer_steps + 1):
             async with done:
-                await done.wait_for(lambda: explorer_done >= t)
+                await done.wait_for(lambda t=t: explorer_done >= t)
             await sync.begin_trainer_step("trainer", t)
             log["trainer"].append(f"T{t}")
             publish, _ = await sync.end_trainer_step("trainer", t)
