@@ -398,21 +398,30 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
     prepare_data(cfg)
     summary = st.load_summary(root)
     previous: TrinityConfig | None = None
+    previous_entry: dict[str, Any] | None = None
     for index, stage in enumerate(cfg.stage_configs):
         label = cfg.stages[index].stage_name if cfg.stages else st.run_label(cfg)
         user_model = bool(cfg.stages and "model_path" in (cfg.stages[index].model or {}))
         stage = resolve_ports(st.chain_model(stage, previous, user_model))
+        carried = previous_entry["eval"].get("end") if previous_entry and st.scores_carry_over(stage, previous) else None
         previous = stage
-        entry = st.stage_entry(summary, label)
+        entry = previous_entry = st.stage_entry(summary, label)
         if entry["status"] == "complete" and stage.mode != "bench":  # a bench re-scores what is there now
             say(f"stage {index + 1}/{len(cfg.stage_configs)} {label} already complete; skipping")
             continue
+        if carried and "start" not in entry["eval"] and stage.mode != "bench":
+            entry["eval"]["start"] = dict(carried)  # the same weights, scored the same way: not again
+        else:
+            carried = None
         path = os.path.join(stage.run_dir, "config.resolved.yaml")
         write_resolved_config(stage, path)
         say(
             f"stage {index + 1}/{len(cfg.stage_configs)} {label}: mode {stage.mode}, "
             f"algorithm {stage.algorithm.algorithm_type}, model {stage.model.model_path}, run dir {stage.run_dir}"
         )
+        if carried:
+            first = next(iter(carried))
+            say(f"eval start: {first} = {carried[first]:.4f} (the previous stage's end: same weights and evals)")
         code = await StageRunner(stage, path, verbose=verbose).run(
             entry, lambda: st.save_summary(root, summary)
         )

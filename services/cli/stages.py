@@ -83,6 +83,25 @@ def chain_model(stage: TrinityConfig, previous: TrinityConfig | None, user_set_m
     return stage.model_copy(update={"model": model})
 
 
+def scores_carry_over(stage: TrinityConfig, previous: TrinityConfig | None) -> bool:
+    """Is the previous stage's end-of-stage eval also `stage`'s start-of-stage eval?
+
+    Only when `stage` starts from exactly the weights the previous stage ended with (chained by
+    chain_model to its final checkpoint) and would score them the same way: the same eval tasksets,
+    model settings (other than the path) and explorer settings. Saves one bench explorer per stage.
+    """
+    if previous is None or not stage.buffer.explorer_input.eval_tasksets:
+        return False
+    final = final_model_dir(previous)
+    if final is None or stage.model.model_path != final:
+        return False
+    def scoring(cfg: TrinityConfig) -> tuple[Any, ...]:
+        model = cfg.model.model_copy(update={"model_path": "", "tokenizer_path": None})
+        return (cfg.buffer.explorer_input.eval_tasksets, model, cfg.explorer)
+
+    return scoring(stage) == scoring(previous)
+
+
 def _json_lines(path: str) -> list[dict[str, Any]]:
     """The records of a JSON-lines file; a line a killed writer left half-written is skipped."""
     records = []

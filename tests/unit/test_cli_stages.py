@@ -152,6 +152,28 @@ def test_a_stage_after_one_that_trained_nothing_starts_from_what_that_one_starte
     assert grpo.model.model_path == bench.model.model_path == st.final_model_dir(sft)
 
 
+def test_the_previous_stages_end_score_is_the_chained_stages_start_score(tmp_path: pathlib.Path) -> None:
+    """Same weights (chained to the final checkpoint) and same eval settings: scoring them again would
+    only cost a bench explorer. Anything that changes what or how it scores means a new eval."""
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        TWO_STAGES.format(root=tmp_path / "runs")
+        + "buffer:\n  explorer_input:\n    eval_tasksets: [{name: eval, path: /data/eval.jsonl}]\n"
+    )
+    previous, stage = load_config(path).stage_configs
+    assert not st.scores_carry_over(stage, previous)  # no checkpoint: the stage is not chained
+    write_checkpoint(previous.run_dir, 10)
+    chained = st.chain_model(stage, previous, user_set_model=False)
+    assert st.scores_carry_over(chained, previous)
+    assert not st.scores_carry_over(stage, previous)  # a stage that sets its own model
+    assert not st.scores_carry_over(chained, None)
+    other_evals = chained.buffer.explorer_input.model_copy(update={"eval_tasksets": []})
+    assert not st.scores_carry_over(chained.model_copy(update={"buffer": chained.buffer.model_copy(
+        update={"explorer_input": other_evals})}), previous)
+    longer = chained.model.model_copy(update={"max_response_tokens": 9})
+    assert not st.scores_carry_over(chained.model_copy(update={"model": longer}), previous)
+
+
 def test_half_written_last_lines_are_skipped(two_stages: TrinityConfig) -> None:
     stage = two_stages.stage_configs[1]
     progress = pathlib.Path(stage.run_dir) / "trainer" / "progress.jsonl"
