@@ -183,14 +183,20 @@ class Synchronizer:
                 need, reason = latest, f"{step - 1 - member.last_sync_step} steps since last sync"
             else:
                 member.requested = True  # the trainer publishes after its next step
-        if self.plan.method == "nccl" and need < 0 and self.ledger.group_for(member.member_id, known):
-            group = self.ledger.group_for(member.member_id, known)
-            assert group is not None
+        group = self.ledger.group_for(member.member_id, known) if plan.method == "nccl" and need < 0 else None
+        if group is not None and not self._scheduled_later(group.version, step):
             need, reason = group.version, f"member of weight group {group.name}"
         if floor > member.held:
             member.requested = True
             need, reason = max(need, floor), f"max_staleness {plan.max_staleness}: needs version >= {floor}"
         return need, floor, reason
+
+    def _scheduled_later(self, version: int, step: int) -> bool:
+        """fixed: is `version` one the plan makes the explorer sync to at a later sync point? Its
+        group then waits for that point (joining at an earlier boundary would run steps with a
+        newer version than the plan says, when one explorer is slower than the other)."""
+        plan = self.plan
+        return plan.style == "fixed" and version % plan.interval == 0 and version > P.fixed_required_version(plan, step)
 
     def _deliverable(self, member: Member, need: int) -> Version | None:
         """The version `member` can load now to satisfy `need`, or None."""

@@ -252,6 +252,22 @@ async def test_restarted_explorer_under_nccl_asks_for_a_republish() -> None:
     assert await sync.end_trainer_step("trainer", 3) == (True, "an explorer asked for a newer version")
 
 
+async def test_nccl_slow_explorer_joins_a_scheduled_group_at_its_sync_point_not_before() -> None:
+    """I=2, O=1 (the worked example): version 4 is published while explorer-b is still before its
+    step 5. The group includes it, but the plan says step 5 runs with version 2 and the sync to 4
+    comes after step 5: it joins then (the trainer's broadcast waits), not at the step-5 boundary."""
+    sync = await two_explorers(P.Plan(interval=2, offset=1, timeout=5, method="nccl"))
+    await sync.publish_version("trainer", 2)
+    for member in ("explorer-a", "explorer-b"):
+        assert (await sync.begin_explorer_step(member, 4, 0)).load.version == 2
+        await sync.report_sync(member, 2, True)
+    await sync.publish_version("trainer", 4)
+    early = await sync.begin_explorer_step("explorer-b", 5, 2)
+    assert early.load is None, early.reason
+    due = await sync.begin_explorer_step("explorer-b", 6, 2)
+    assert due.load.version == 4 and "sync point after step 5" in due.reason
+
+
 async def test_member_not_in_group_and_stale_publish_are_refused() -> None:
     sync = await two_explorers(P.Plan(interval=1, timeout=5, style="explorer_driven"))
     await sync.publish_version("trainer", 1)  # nobody asked: no group
