@@ -409,17 +409,14 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
         if entry["status"] == "complete" and stage.mode != "bench":  # a bench re-scores what is there now
             say(f"stage {index + 1}/{len(cfg.stage_configs)} {label} already complete; skipping")
             continue
-        if carried and "start" not in entry["eval"] and stage.mode != "bench":
-            entry["eval"]["start"] = dict(carried)  # the same weights, scored the same way: not again
-        else:
-            carried = None
         path = os.path.join(stage.run_dir, "config.resolved.yaml")
         write_resolved_config(stage, path)
         say(
             f"stage {index + 1}/{len(cfg.stage_configs)} {label}: mode {stage.mode}, "
             f"algorithm {stage.algorithm.algorithm_type}, model {stage.model.model_path}, run dir {stage.run_dir}"
         )
-        if carried:
+        if carried and "start" not in entry["eval"] and stage.mode != "bench":
+            entry["eval"]["start"] = dict(carried)  # the same weights, scored the same way: not again
             first = next(iter(carried))
             say(f"eval start: {first} = {carried[first]:.4f} (the previous stage's end: same weights and evals)")
         code = await StageRunner(stage, path, verbose=verbose).run(

@@ -95,6 +95,7 @@ def scores_carry_over(stage: TrinityConfig, previous: TrinityConfig | None) -> b
     final = final_model_dir(previous)
     if final is None or stage.model.model_path != final:
         return False
+
     def scoring(cfg: TrinityConfig) -> tuple[Any, ...]:
         model = cfg.model.model_copy(update={"model_path": "", "tokenizer_path": None})
         return (cfg.buffer.explorer_input.eval_tasksets, model, cfg.explorer)
