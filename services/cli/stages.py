@@ -125,9 +125,16 @@ def eval_records(stage: TrinityConfig) -> list[dict[str, Any]]:
 
 
 def main_first(scores: dict[str, float]) -> dict[str, float]:
-    """Scores with the main one first: an accuracy mean of the first eval taskset, else the first key."""
+    """Scores with the main one first: an accuracy mean (`accuracy`, else the boxed-answer `strict`) of
+    the first eval taskset, else the first key."""
     keys = list(scores)
-    ranked = sorted(keys, key=lambda k: (not ("accuracy" in k and "mean@" in k), keys.index(k)))
+
+    def rank(key: str) -> tuple[int, int]:
+        mean = "mean@" in key
+        main = 0 if mean and "/accuracy/" in key else 1 if mean and "/strict/" in key else 2
+        return main, keys.index(key)
+
+    ranked = sorted(keys, key=rank)
     return {k: scores[k] for k in ranked}
 
 

@@ -60,7 +60,8 @@ def score_results(
         for exp in result.experiences:
             per_task[key]["reward"].append(float(exp.reward or 0.0))
             for name, value in exp.metrics.items():
-                per_task[key][name].append(float(value))
+                if name != "reward":  # a reward fn's parts may repeat the total: one sample, one reward
+                    per_task[key][name].append(float(value))
             truth = exp.info.get("truth")
             if with_answers and truth is not None:
                 for name, value in answer_metrics(exp.response_text, str(truth)).items():

@@ -145,6 +145,11 @@ class WorkflowRunner:
         self.auxiliary_models = auxiliary_models or []
 
     @property
+    def slots(self) -> int:
+        """Units that can run at once (explorer.runner_per_model per engine)."""
+        return len(self._all)
+
+    @property
     def wrappers(self) -> list[Any]:
         return [slot.wrapper for slot in self._all]
 

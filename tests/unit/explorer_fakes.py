@@ -21,8 +21,10 @@ class FakeBuffer:
     feedback: list = field(default_factory=list)
     writers: dict[str, set] = field(default_factory=dict)
     closed: list = field(default_factory=list)
+    reads: list = field(default_factory=list)  # (taskset, batch_size) of every read_tasks
 
     async def read_tasks(self, taskset, batch_size, reader_id="", rewind=False, repeat_last=False):
+        self.reads.append((taskset, batch_size))
         key = (taskset, reader_id)
         if rewind:
             self.cursors[key] = 0

@@ -139,6 +139,10 @@ def test_eval_scores_answer_metrics_only_for_boxed_tasksets() -> None:
     assert scores["eval/held/boxed/mean@2"] == 0.5
     assert scores["eval/held/reply_chars/mean@2"] == (10 + 2) / 2
     assert "eval/held/strict/mean@2" not in score_results("held", results)
+    # a reward fn whose parts repeat the total ({"reward": r}, as boxed_shaped_reward's) is one sample
+    one = [UnitResult(task, None, [exp(r"\boxed{65}", 1.0)])]
+    one[0].experiences[0].metrics["reward"] = 1.0
+    assert score_results("held", one, with_answers=True)["eval/held/reward/mean@1"] == 1.0
 
     class TasksetCfg:
         default_reward_fn_type = "boxed_shaped_reward"

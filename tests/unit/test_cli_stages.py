@@ -224,6 +224,8 @@ def test_main_first_puts_the_accuracy_mean_first_and_keeps_the_rest_in_order() -
 def test_main_first_takes_the_first_tasksets_accuracy_and_falls_back_to_the_first_key() -> None:
     two = {"eval/a/tasks": 5.0, "eval/a/accuracy/mean@1": 0.2, "eval/b/accuracy/mean@1": 0.7}
     assert next(iter(st.main_first(two))) == "eval/a/accuracy/mean@1"
+    boxed = {"eval/h/boxed/mean@1": 0.9, "eval/h/lenient/mean@1": 0.8, "eval/h/strict/mean@1": 0.7}
+    assert next(iter(st.main_first(boxed))) == "eval/h/strict/mean@1"  # boxed-answer tasksets: strict
     none = {"eval/a/reward/mean@1": 0.2, "eval/a/tasks": 5.0}
     assert list(st.main_first(none)) == ["eval/a/reward/mean@1", "eval/a/tasks"]
 

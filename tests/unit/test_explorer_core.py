@@ -177,6 +177,8 @@ async def test_bench_evaluates_each_checkpoint_in_order(parts, tmp_path):
     assert list(scores) == [2, 3, 4] and weights.loaded == [2, 3, 4]
     assert [s for s, m in monitor.logged] == [2, 3, 4]
     assert all(m["eval/eval_arith/tasks"] == 4 for _, m in monitor.logged)
+    # eval reads as many tasks as runners can run at once (runner_per_model 4), not buffer.batch_size 3
+    assert {size for name, size in buffer.reads if name == "eval_arith"} == {4}
 
 
 async def test_difficulty_feedback_and_missing_workflow(parts):
