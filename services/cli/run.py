@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli import stages as st
+from services.cli.curve import learning_curve
 from services.cli.phases import stage_phases
 from services.cli.prepare import (
     INFRA,
@@ -48,6 +49,7 @@ from services.common.errors import TrinityError
 from services.common.health import wait_healthy
 from services.common.logging import LOG_FILE_ENV
 from services.common.parent_watch import LABEL_ENV, SIBLINGS_ENV, STOP_ORDER, write_siblings
+from services.common.procs import listening
 from services.trainer.tally import Tally
 
 
@@ -71,6 +73,7 @@ class StageRunner:
         self.verbose = verbose
         self.max_restarts = max_restarts
         self.children: dict[str, Child] = {}
+        self.overrides: dict[str, tuple[str, ...]] = {}  # --set items a worker keeps across restarts
         self.log_dir = os.path.join(cfg.run_dir, "logs")
         # {label: pid} of the children, for them to stop in order if this process dies (parent_watch.py)
         self.siblings_file = os.path.join(self.log_dir, "children.json")
@@ -84,6 +87,13 @@ class StageRunner:
         """Start `python -m services.<name>` and wait until it is healthy; `alone`: the only
         computing worker of the moment (see child_env)."""
         label = label or name
+        endpoint = self.cfg.services.endpoint(name)  # type: ignore[arg-type]
+        if endpoint.port and listening(endpoint.host, endpoint.port):
+            # its health check would answer for the other server while this child fails to bind
+            raise RuntimeError(
+                f"{endpoint.address} already has a server listening (another trinity run, or a service "
+                f"left over from one?): stop it, or give this run another services.{name}.port"
+            )
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"{label}.log")
         # unbuffered: a line the pump took from the child is on disk even if the runner is killed
@@ -110,9 +120,8 @@ class StageRunner:
         child.pump = asyncio.create_task(self._pump(child))
         self.children[label] = child
         self._record_children()
-        address = self.cfg.services.endpoint(name).address  # type: ignore[arg-type]
         await wait_healthy(
-            address,
+            endpoint.address,
             self.cfg.services.health_wait_s,
             services_cfg=self.cfg.services,
             alive=lambda: proc.returncode is None,
@@ -169,12 +178,14 @@ class StageRunner:
                 save()
             workers = WORKERS_OF_MODE[self.cfg.mode]
             if workers:
-                code = await self.run_workers(workers)
+                # the start was scored just above: the explorer need not score the same weights again
+                code = await self.run_workers(workers, startup_eval=not entry["eval"].get("start"))
                 if code != 0:
                     return code
             await self.record_counts(entry)
             if has_eval:
                 entry["eval"]["end"] = await self.bench("end")
+                entry["eval"]["curve"] = learning_curve(self.cfg)
             entry["status"] = "complete"
             return 0
         except (TimeoutError, RuntimeError, TrinityError) as exc:
@@ -233,9 +244,11 @@ class StageRunner:
             raise RuntimeError("the bench explorer recorded no eval scores")
         return records
 
-    async def run_workers(self, workers: Sequence[str]) -> int:
+    async def run_workers(self, workers: Sequence[str], *, startup_eval: bool = True) -> int:
         for name in workers:
-            await self.start(name, alone=len(workers) == 1)
+            if not startup_eval and name == "explorer":
+                self.overrides[name] = ("explorer.eval_on_startup=false",)
+            await self.start(name, *self.overrides.get(name, ()), alone=len(workers) == 1)
             say(f"{name} is SERVING at {self.cfg.services.endpoint(name).address}")  # type: ignore[arg-type]
         reporter = ProgressReporter(self.cfg, [*workers])
         progress = asyncio.create_task(reporter.run())
@@ -277,7 +290,9 @@ class StageRunner:
                     err=True,
                 )
                 await self.stop(label)
-                await self.start(label, alone=label in workers and len(workers) == 1)
+                await self.start(
+                    label, *self.overrides.get(label, ()), alone=label in workers and len(workers) == 1
+                )
             if done == set(workers):
                 return 0
 
@@ -293,7 +308,7 @@ class StageRunner:
         # The run dir may hold an earlier run's trainer progress (train, then explore): count it only
         # when this run trains.
         got = st.progress_tally(self.cfg) if "trainer" in WORKERS_OF_MODE[self.cfg.mode] else Tally()
-        entry["steps"] = got.steps
+        entry["steps"], entry["tokens_trained"] = got.steps, got.tokens
         entry["updates_lost"] = got.updates_lost
         counts: dict[str, Any] = {"written": stats.written, "trained": got.trained}
         if experience_buffer.storage_type == "file":

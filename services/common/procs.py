@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from services.common.health import wait_healthy
 
-__all__ = ["free_port", "start_service", "stop_process", "wait_healthy"]
+__all__ = ["free_port", "listening", "start_service", "stop_process", "wait_healthy"]
 
 
 def free_port() -> int:
@@ -19,6 +19,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def listening(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether a server accepts TCP connections at host:port now."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def start_service(
