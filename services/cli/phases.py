@@ -48,11 +48,13 @@ EXPLORER_PHASES: dict[str, Callable[[Metrics], float]] = {
 
 
 def breakdown(records: list[dict[str, Any]], phases: dict[str, Callable[[Metrics], float]]) -> dict[str, Any]:
-    """{"steps", "wall_s", "phases": {name: seconds}, "share": {name: fraction of wall_s}}."""
+    """{"steps", "wall_s", "phases": {name: seconds}, "share": {name: fraction of wall_s}}, plus
+    "peak_rss_mb" (the service's peak resident memory) where its records carry it."""
     totals = dict.fromkeys([*phases, "other"], 0.0)
-    wall, previous = 0.0, None
+    wall, previous, peak = 0.0, None, 0.0
     for record in records:
         metrics = record.get("metrics", {})
+        peak = max(peak, _get(metrics, "memory/peak_rss_mb"))
         parts = {name: fn(metrics) for name, fn in phases.items()}
         named = sum(parts.values())
         now = float(record.get("time", 0.0))
@@ -62,12 +64,15 @@ def breakdown(records: list[dict[str, Any]], phases: dict[str, Callable[[Metrics
             totals[name] += seconds
         totals["other"] += step_wall - named
         wall += step_wall
-    return {
+    out: dict[str, Any] = {
         "steps": len(records),
         "wall_s": round(wall, 3),
         "phases": {k: round(v, 3) for k, v in totals.items()},
         "share": {k: round(v / wall, 4) if wall > 0 else 0.0 for k, v in totals.items()},
     }
+    if peak > 0:
+        out["peak_rss_mb"] = round(peak, 1)
+    return out
 
 
 def _steps(path: str) -> list[dict[str, Any]]:
@@ -100,7 +105,8 @@ def format_phases(stage_name: str, phases: dict[str, Any]) -> list[str]:
             continue
         ranked = sorted(b["share"].items(), key=lambda kv: -kv[1])
         parts = " | ".join(f"{name} {share:.0%}" for name, share in ranked if share >= 0.005)
+        memory = f", peak {b['peak_rss_mb'] / 1024:.1f} GiB" if "peak_rss_mb" in b else ""
         lines.append(
-            f"{stage_name} {service} ({b['steps']} steps, {b['wall_s'] / b['steps']:.2f} s/step): {parts}"
+            f"{stage_name} {service} ({b['steps']} steps, {b['wall_s'] / b['steps']:.2f} s/step{memory}): {parts}"
         )
     return lines

@@ -66,14 +66,22 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def progress_line(elapsed: float, infos: dict[str, Any]) -> str:
-    """e.g. `42s | trainer step 12 loss 0.03 v12 1.2k tok/s | explorer step 14 v12 reward 0.62 | buffer …`."""
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m{secs:02d}s"
+
+
+def progress_line(
+    elapsed: float, infos: dict[str, Any], total_steps: int | None = None, eta_s: float | None = None
+) -> str:
+    """e.g. `42s | trainer step 12/80 loss 0.03 v12 1.2k tok/s | explorer step 14 v12 reward 0.62 | … | ETA 3m10s`."""
     parts = [f"{elapsed:5.0f}s"]
     trainer = infos.get("trainer")
     if trainer is not None:
         s = trainer.stats
+        of = f"/{total_steps}" if total_steps else ""
         parts.append(
-            f"trainer {trainer.state} step {int(s.get('step', 0))} loss {_fmt(s.get('loss', float('nan')))} "
+            f"trainer {trainer.state} step {int(s.get('step', 0))}{of} loss {_fmt(s.get('loss', float('nan')))} "
             f"v{int(s.get('model_version', 0))} {_fmt(s.get('tokens_per_s', 0.0))} tok/s"
         )
     explorer = infos.get("explorer")
@@ -94,7 +102,17 @@ def progress_line(elapsed: float, infos: dict[str, Any]) -> str:
         # momentarily newer explorer reads as 0, not as a negative lag)
         lag = trainer.stats.get("model_version", 0) - explorer.stats.get("model_version", 0)
         parts.append(f"version lag {max(0, int(lag))}")
+    if eta_s is not None:
+        parts.append(f"ETA {_clock(eta_s)}")
     return " | ".join(parts)
+
+
+def eta(total_steps: int | None, first: tuple[float, int] | None, now: tuple[float, int]) -> float | None:
+    """Seconds left at the pace since `first` ((elapsed, trainer step) when a step was first seen)."""
+    if not total_steps or first is None or now[1] <= first[1]:
+        return None
+    per_step = (now[0] - first[0]) / (now[1] - first[1])
+    return max(total_steps - now[1], 0) * per_step
 
 
 class ProgressReporter:
@@ -106,6 +124,8 @@ class ProgressReporter:
         self.interval_s = interval_s
         self.started = time.monotonic()
         self.last: dict[str, Any] = {}
+        self.total_steps = cfg.trainer.total_steps or cfg.buffer.total_steps
+        self.first_step: tuple[float, int] | None = None  # (elapsed, step) when a trainer step was first seen
 
     async def poll(self) -> dict[str, Any]:
         infos = {}
@@ -124,6 +144,10 @@ class ProgressReporter:
             await asyncio.sleep(self.interval_s)
             infos = await self.poll()
             if infos:
-                print(
-                    f"[{'progress':<12}] " + progress_line(time.monotonic() - self.started, infos), flush=True
-                )
+                elapsed = time.monotonic() - self.started
+                step = int(infos["trainer"].stats.get("step", 0)) if "trainer" in infos else 0
+                if self.first_step is None and step > 0:
+                    self.first_step = (elapsed, step)
+                left = eta(self.total_steps, self.first_step, (elapsed, step))
+                line = progress_line(elapsed, infos, self.total_steps, left)
+                print(f"[{'progress':<12}] " + line, flush=True)

@@ -15,6 +15,14 @@ from typing import Protocol
 from services.common.config.schema import TrinityConfig
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (`memory/peak_rss_mb`; summary.json's
+    per-service `peak_rss_mb`)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
 class Monitor(Protocol):
     def log(self, metrics: dict[str, float], step: int) -> None: ...
     def close(self) -> None: ...

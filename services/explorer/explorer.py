@@ -29,6 +29,7 @@ from services.common.errors import AlreadyExists, InvalidArgument
 from services.common.experience import Experience
 from services.common.experience import Task as WireTask
 from services.common.logging import get_logger
+from services.common.monitor import peak_rss_mb
 from services.explorer.eval import Evaluator
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.rewards import REWARD_FUNCTIONS
@@ -191,7 +192,7 @@ class Explorer:
             tasksets=inputs.eval_tasksets,
             resolve=self.resolve,
             reader_id=f"{self.name}-eval",
-            batch_size=cfg.buffer.batch_size,
+            batch_size=max(cfg.buffer.batch_size, runner.slots),  # eval tasks fill every runner
         )
         self.step = 0
         self.state = "starting"
@@ -297,6 +298,7 @@ class Explorer:
                 "rollout/written": float(len(exps)),
                 "time/write_s": time.perf_counter() - t_write,
                 "time/step_s": time.perf_counter() - t0,
+                "memory/peak_rss_mb": peak_rss_mb(),
             }
         )
         await self.report_feedback(results)
@@ -345,15 +347,16 @@ class Explorer:
 
     async def evaluate(self, step: int, names: list[str] | None = None) -> dict[str, float]:
         async with self.weights_lock:
-            previous, self.state = self.state, "evaluating"
+            previous, self.state, began = self.state, "evaluating", time.perf_counter()
             try:
                 scores = await self.evaluator.evaluate(step, names)
             finally:
                 self.state = previous
+        eval_s = time.perf_counter() - began
         if scores:
             self.last_eval, self.last_eval_step = dict(scores), step
             self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
-            await asyncio.to_thread(self._record_eval, step, scores)
+            await asyncio.to_thread(self._record_eval, step, scores, eval_s)
         return scores
 
     def _record_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -362,14 +365,14 @@ class Explorer:
         record = {
             "time": time.time(),
             "step": step,
-            "metrics": {k: v for k, v in metrics.items() if k.startswith("time/")},
+            "metrics": {k: v for k, v in metrics.items() if k.startswith(("time/", "memory/"))},
         }
         path = os.path.join(self.cfg.run_dir, "explorer", f"progress-{self.name}.jsonl")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
 
-    def _record_eval(self, step: int, scores: dict[str, float]) -> None:
+    def _record_eval(self, step: int, scores: dict[str, float], eval_s: float) -> None:
         """Append to <run dir>/eval/results.jsonl: `trinity run` builds summary.json from it."""
         record = {
             "time": time.time(),
@@ -377,6 +380,7 @@ class Explorer:
             "mode": self.cfg.mode,
             "step": step,
             "model_version": self.model_version,
+            "eval_s": round(eval_s, 3),
             "scores": scores,
         }
         path = os.path.join(self.cfg.run_dir, "eval", "results.jsonl")

@@ -30,7 +30,7 @@ from typing import Any
 
 from services.common.config.schema import TrinityConfig
 from services.common.logging import get_logger
-from services.common.monitor import Monitor, NullMonitor
+from services.common.monitor import Monitor, NullMonitor, peak_rss_mb
 from services.trainer.batching import build_batch, untrainable_reason
 from services.trainer.checkpoint import DataCursor, TrainerState, full_checkpoint_root, save_checkpoint
 from services.trainer.engine import TrainEngine
@@ -249,6 +249,7 @@ class TrainerLoop:
             metrics["time/read"] = read_s
             metrics["batch/dropped_rows"] = float(len(dropped))
             metrics["perf/tokens_per_s"] = metrics["batch/tokens"] / max(train_s, 1e-9)
+            metrics["memory/peak_rss_mb"] = peak_rss_mb()
             versions = [e.model_version for e in got.experiences]
             metrics["staleness/mean"] = version_before - sum(versions) / len(versions)
             metrics["staleness/max"] = float(version_before - min(versions))

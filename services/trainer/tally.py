@@ -25,6 +25,7 @@ from typing import Any
 class Tally:
     steps: int = 0
     trained: int = 0
+    tokens: int = 0  # tokens of the trained rows (prompt + response)
     rewards: list[float] = field(default_factory=list)
     dropped: dict[str, int] = field(default_factory=dict)
     updates_lost: int = 0  # optimizer steps a crash discarded and nothing trained again
@@ -70,6 +71,7 @@ def tally(progress: list[dict[str, Any] | None], events: list[dict[str, Any]]) -
             out.drop("replay_skipped", len(rows))
     for record in live:
         out.trained += len(record["rows"])
+        out.tokens += int(record["metrics"].get("batch/tokens", 0))
         out.rewards.append(float(record["metrics"].get("critic/rewards/mean", float("nan"))))
     out.awaiting_replay = sum(n for n in awaiting.values() if n > 0)
     return out

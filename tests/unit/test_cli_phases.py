@@ -69,3 +69,16 @@ def test_stage_phases_reads_the_trainer_and_every_explorer(tmp_path: pathlib.Pat
     assert phases["explorer:explorer_1"]["share"]["sync"] == pytest.approx(2 / 3, abs=1e-4)
     [line] = format_phases("grpo", {"trainer": phases["trainer"]})
     assert line == "grpo trainer (1 steps, 4.00 s/step): forward_backward 50% | wait_read 25% | optimizer 25%"
+
+
+def test_peak_memory_is_the_highest_any_step_reported() -> None:
+    records = [
+        {"step": 1, "time": 1.0, "metrics": {"time/rollout_s": 1.0, "memory/peak_rss_mb": 1500.0}},
+        {"step": 2, "time": 2.0, "metrics": {"time/rollout_s": 1.0, "memory/peak_rss_mb": 2048.0}},
+        {"step": 3, "time": 3.0, "metrics": {"time/rollout_s": 1.0}},  # an older record: no figure
+    ]
+    got = breakdown(records, EXPLORER_PHASES)
+    assert got["peak_rss_mb"] == 2048.0
+    [line] = format_phases("grpo", {"explorer": got})
+    assert line.startswith("grpo explorer (3 steps, 1.00 s/step, peak 2.0 GiB): rollout 100%")
+    assert "peak_rss_mb" not in breakdown(records[2:], EXPLORER_PHASES)

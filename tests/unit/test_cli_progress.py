@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from services.cli import progress
-from services.cli.progress import CHATTY_EVENTS, ProgressReporter, progress_line, render_line, should_forward
+from services.cli.progress import (
+    CHATTY_EVENTS,
+    ProgressReporter,
+    eta,
+    progress_line,
+    render_line,
+    should_forward,
+)
 from services.common.config import load_config
 from services.common.errors import Unavailable
 
@@ -206,3 +213,20 @@ def test_json_that_is_not_our_log_shape_is_rendered_without_crashing_the_pump() 
     assert render_line("[1, 2]") == "[1, 2]"
     assert should_forward('{"event": ["x"]}', False) is True
     assert should_forward("[1, 2]", False) is True
+
+
+def test_progress_line_shows_steps_of_the_total_and_the_eta() -> None:
+    trainer = Info("training", {"step": 12, "loss": 0.5, "model_version": 12})
+    line = progress_line(600.0, {"trainer": trainer}, total_steps=80, eta_s=3725.0)
+    assert line == "  600s | trainer training step 12/80 loss 0.5 v12 0 tok/s | ETA 1h02m"
+    assert progress_line(1.0, {"trainer": trainer}, 80, 190.4).endswith(
+        "step 12/80 loss 0.5 v12 0 tok/s | ETA 3m10s"
+    )
+
+
+def test_eta_is_the_pace_since_the_first_step_seen_times_the_steps_left() -> None:
+    # first seen at step 2 after 100 s; at 400 s step 8: 50 s per step, 72 steps left
+    assert eta(80, (100.0, 2), (400.0, 8)) == 72 * 50.0
+    assert eta(80, (100.0, 2), (150.0, 2)) is None  # no step since: no pace yet
+    assert eta(None, (100.0, 2), (400.0, 8)) is None and eta(80, None, (400.0, 8)) is None
+    assert eta(8, (100.0, 2), (400.0, 9)) == 0.0  # past the total (a resumed run): nothing left

@@ -1,0 +1,53 @@
+"""summary.json's learning curve: eval records against training minutes (cli/curve.py)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+from services.cli.curve import learning_curve
+from services.common.config import load_config
+
+
+def write_lines(path: pathlib.Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def evaluated(at: float, eval_s: float, step: int, strict: float, mode: str = "both") -> dict:
+    scores = {"eval/h/strict/mean@1": strict, "eval/h/boxed/mean@1": 0.5, "eval/h/tasks": 200.0}
+    return {"time": at, "eval_s": eval_s, "step": step, "model_version": step, "mode": mode, "scores": scores}
+
+
+def test_train_minutes_leave_out_the_evals_before_each_point(tmp_path: pathlib.Path) -> None:
+    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
+    run = pathlib.Path(cfg.run_dir)
+    write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
+    write_lines(
+        run / "trainer" / "progress.jsonl", [{"step": s, "time": t} for s, t in ((1, 130.0), (2, 190.0))]
+    )
+    write_lines(
+        run / "eval" / "results.jsonl",
+        [
+            evaluated(150.0, 10.0, 1, 0.2),  # began 140: 40 s of training
+            evaluated(95.0, 20.0, 0, 0.0, mode="bench"),  # start of stage, before the trainer: 0
+            evaluated(185.0, 5.0, 2, 0.4),  # began 180: 80 s less the 10 s eval before it = 70 s
+            evaluated(230.0, 20.0, 2, 0.5, mode="bench"),  # after the run: up to the last step (190) = 75 s
+        ],
+    )
+
+    curve = learning_curve(cfg)
+
+    assert [p["train_minutes"] for p in curve] == [0.0, round(40 / 60, 2), round(70 / 60, 2), 1.25]
+    assert [p["step"] for p in curve] == [0, 1, 2, 2]
+    assert list(curve[1]["scores"]) == ["eval/h/strict/mean@1", "eval/h/boxed/mean@1"]  # main first
+    assert curve[2]["scores"]["eval/h/strict/mean@1"] == 0.4
+
+
+def test_a_run_that_trained_nothing_has_no_train_minutes(tmp_path: pathlib.Path) -> None:
+    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
+    write_lines(
+        pathlib.Path(cfg.run_dir) / "eval" / "results.jsonl", [evaluated(5.0, 1.0, 0, 0.1, mode="bench")]
+    )
+    [point] = learning_curve(cfg)
+    assert "train_minutes" not in point and point["scores"]["eval/h/strict/mean@1"] == 0.1
