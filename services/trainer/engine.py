@@ -182,12 +182,12 @@ class TrainEngine:
         world = self.dist.world_size if self.dist is not None else 1
         sums: dict[str, float] = {}
         grad_norm = 0.0
+        active = self._rows_to_train(batch)
+        metrics["batch/skipped_rows"] = float(n - len(active))
         for _epoch in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            sums = {}
-            chunks = micro_batches(
-                batch, self.settings.micro_batch_size, self.settings.tokens_per_micro_batch
-            )
+            sums = {"loss": 0.0}
+            chunks = self._chunks(batch, active)
             if self.dist is not None:
                 mine = deal_micro_batches(chunks, self.dist.rank, world)
             else:
@@ -223,6 +223,28 @@ class TrainEngine:
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(batch_metrics(batch))
         return metrics
+
+    def _rows_to_train(self, batch: Batch) -> Tensor:
+        """Indices of the rows the update passes over: all of them, or, when the algorithm says a
+        zero advantage adds nothing (GRPO without KL loss or entropy bonus), those with a nonzero
+        advantage: a group whose samples all scored the same costs no forward/backward. Each
+        micro-batch keeps its share of the whole batch's rows, so the update is the one all rows give."""
+        everything = torch.arange(len(batch), device=batch.train.action_mask.device)
+        advantages = batch.train.advantages
+        if (
+            not self.algorithm.zero_advantage_is_inert
+            or advantages is None
+            or batch.train.pair_index is not None
+        ):
+            return everything
+        return everything[(advantages * batch.train.action_mask).abs().sum(dim=1) > 0]
+
+    def _chunks(self, batch: Batch, rows: Tensor) -> list[Tensor]:
+        """Micro-batches (row indices into `batch`) over `rows`."""
+        size, tokens = self.settings.micro_batch_size, self.settings.tokens_per_micro_batch
+        if len(rows) == len(batch):
+            return micro_batches(batch, size, tokens)
+        return [rows[c] for c in micro_batches(batch.select(rows), size, tokens)] if len(rows) else []
 
     def _clip_and_step(self) -> float:
         params = [p for p in self.trainable_modules_parameters() if p.grad is not None]

@@ -109,3 +109,52 @@ def test_entropy_without_a_loss_term_is_a_metric_outside_autograd() -> None:
     assert build_algorithm(AlgorithmConfig(algorithm_type="grpo")).entropy_needs_grad is False  # coef 0
     bonus = AlgorithmConfig(algorithm_type="grpo", entropy_loss_fn_args={"entropy_coef": 0.01})
     assert build_algorithm(bonus).entropy_needs_grad is True
+
+
+def test_grpo_without_kl_skips_zero_advantage_groups_and_updates_as_if_it_had_not() -> None:
+    """Group a: rewards 1, 1 (std 0: advantages 0); group b: 1, 0. With one row per micro-batch each
+    row's loss is its own, scaled by 1/4, so leaving group a out changes no gradient; with a KL loss
+    (which a zero advantage does not cancel) every row is trained."""
+    from services.common.config.algorithm import AlgorithmConfig
+    from services.trainer.algorithms import build_algorithm
+
+    def grpo_batch():
+        rows = [("a", 1.0, "3"), ("a", 1.0, "33"), ("b", 1.0, "3"), ("b", 0.0, "333")]
+        exps = [experience("1+2=", r, task_id=t, reward=w, logprobs=True) for t, w, r in rows]
+        return build_batch(exps, pad_token_id=PAD)
+
+    no_kl = build_algorithm(AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="none"))
+    assert no_kl.zero_advantage_is_inert
+    settings = EngineSettings(micro_batch_size=1, lr=1e-2, grad_clip=0.0, weight_decay=0.0)
+    skipping = TrainEngine(tiny_model(), no_kl, settings)
+    everything = TrainEngine(
+        tiny_model(), build_algorithm(AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="none")), settings
+    )
+    everything.algorithm.zero_advantage_is_inert = False  # type: ignore[misc]
+    m_skip, m_all = skipping.train_step(grpo_batch()), everything.train_step(grpo_batch())
+    assert m_skip["batch/skipped_rows"] == 2.0 and m_all["batch/skipped_rows"] == 0.0
+    assert m_skip["actor/pg_loss"] == pytest.approx(m_all["actor/pg_loss"], abs=1e-6)
+    for a, b in zip(skipping.model.parameters(), everything.model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-8)
+
+    with_kl = build_algorithm(AlgorithmConfig(algorithm_type="grpo"))  # k2 KL loss by default
+    assert not with_kl.zero_advantage_is_inert
+    entropy_bonus = AlgorithmConfig(
+        algorithm_type="grpo", kl_loss_fn="none", entropy_loss_fn_args={"entropy_coef": 0.01}
+    )
+    assert not build_algorithm(entropy_bonus).zero_advantage_is_inert
+    assert not build_algorithm(AlgorithmConfig(algorithm_type="sft")).zero_advantage_is_inert
+
+
+def test_a_batch_of_only_zero_advantage_groups_makes_no_update() -> None:
+    from services.common.config.algorithm import AlgorithmConfig
+    from services.trainer.algorithms import build_algorithm
+
+    algorithm = build_algorithm(AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="none"))
+    engine = TrainEngine(tiny_model(), algorithm, EngineSettings(micro_batch_size=2, lr=1e-2))
+    before = [p.detach().clone() for p in engine.model.parameters()]
+    exps = [experience("1+2=", r, task_id="a", reward=0.0, logprobs=True) for r in ("3", "33")]
+    metrics = engine.train_step(build_batch(exps, pad_token_id=PAD))
+    assert metrics["batch/skipped_rows"] == 2.0 and metrics["actor/loss"] == 0.0 and engine.step == 1
+    for a, b in zip(before, engine.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b.detach(), rtol=0, atol=0)

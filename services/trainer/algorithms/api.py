@@ -132,12 +132,16 @@ class Algorithm:
       use_reference: compute batch.ref_logprob with a frozen copy of the initial model.
       use_critic: run a value head / critic; pass its values to compute_loss (value loss added).
       needs_old_logprob: False for SFT/DPO (old_logprob may be zeros).
+      zero_advantage_is_inert: a row whose advantages are all 0 adds exactly nothing to the loss or
+        its gradient (an advantage-scaled policy loss, no KL loss, entropy term, critic or SFT
+        part), so the engine may leave such rows out of the forward/backward passes.
     """
 
     name: str
     use_reference: bool
     use_critic: bool
     needs_old_logprob: bool
+    zero_advantage_is_inert: bool = False
     sample_strategy: SampleStrategy
 
     def compute_advantages(self, batch: TrainBatch) -> dict[str, float]:

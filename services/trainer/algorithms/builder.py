@@ -23,7 +23,13 @@ from services.trainer.algorithms.value_loss import clipped_value_loss
 _KL_ARGS = {"kl_coef", "adaptive", "target_kl", "horizon"}
 _VALUE_ARGS = {"cliprange_value", "value_loss_coef"}
 _NO_OLD_LOGPROB = ("sft", "dpo", "sft_is", "sft_phi")  # losses that never read the behaviour logprobs
-_MIX_LOSSES = ("mix", "mix_chord")  # losses weighting usual vs expert rows by the whole batch's counts
+_MIX_LOSSES = ("mix", "mix_chord")
+# losses whose every token term is the advantage times something: a zero advantage adds nothing
+_ADVANTAGE_SCALED = (
+    "ppo",
+    "gspo",
+    "cispo",
+)  # losses weighting usual vs expert rows by the whole batch's counts
 
 
 def _accepts(fn: Any, name: str) -> bool:
@@ -114,6 +120,12 @@ class CompositeAlgorithm(Algorithm):
             )
         self.use_reference = self.kl_penalty.active or self.kl_loss.active or cfg.policy_loss_fn == "dpo"
         self.needs_old_logprob = cfg.policy_loss_fn not in _NO_OLD_LOGPROB
+        self.zero_advantage_is_inert = (
+            cfg.policy_loss_fn in _ADVANTAGE_SCALED
+            and not self.kl_loss.active
+            and not self.entropy_needs_grad
+            and not self.use_critic
+        )
         self._mix_counts: tuple[int, int] | None = None
 
     # ---- per batch -------------------------------------------------------------------------------

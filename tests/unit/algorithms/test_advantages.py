@@ -36,6 +36,19 @@ def test_grpo_group_mean_and_unbiased_std():
     assert metrics["filtered_count"] == 0.0
 
 
+def test_grpo_group_of_equal_scores_has_exactly_zero_advantage():
+    # eight 0.1s: the float32 mean is 0.10000000149 and (0.1 - mean) / (0 + 1e-6) would be -0.0075;
+    # R_i - mean(R) is 0 for equal scores, so the advantage is exactly 0 (and the trainer may skip them)
+    scores = torch.tensor([0.1] * 8 + [0.1] * 7 + [0.5], dtype=torch.float32)
+    groups = torch.tensor([0] * 8 + [1] * 8)
+    adv, _, _ = grpo_advantages(scores, torch.ones(16, 1), groups)
+    assert adv[:8].abs().max().item() == 0.0
+    # group 1: mean 0.15, unbiased std sqrt((7 * 0.05^2 + 0.35^2) / 7) = 0.141421: 0.35 / 0.141421 = 2.474874
+    assert close(adv[15, 0], 0.35 / (0.1414214 + 1e-6), atol=1e-4)
+    adv_b, _, _ = grpo_advantages(scores, torch.ones(16, 1), groups, std_cal_level="batch")
+    assert adv_b[:8].abs().max().item() == 0.0
+
+
 def test_grpo_advantage_is_zero_on_masked_tokens():
     mask = t([1, 0], [1, 1], [1, 1], [1, 1], [1, 1], [1, 1])
     adv, _, _ = grpo_advantages(SCORES, mask, GROUPS)

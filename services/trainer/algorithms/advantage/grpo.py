@@ -22,6 +22,15 @@ from services.trainer.algorithms.advantage.base import AdvantageOutput, group_st
 from services.trainer.algorithms.api import TrainBatch
 
 
+def _all_equal(scores: Tensor, inverse: Tensor, groups: int) -> Tensor:
+    """[G] bool: every score of the group is the same number."""
+    low = torch.full((groups,), float("inf"), device=scores.device).scatter_reduce(0, inverse, scores, "amin")
+    high = torch.full((groups,), float("-inf"), device=scores.device).scatter_reduce(
+        0, inverse, scores, "amax"
+    )
+    return low == high
+
+
 def grpo_advantages(
     scores: Tensor,  # [B]
     action_mask: Tensor,  # [B, T]
@@ -47,6 +56,10 @@ def grpo_advantages(
     else:
         denom = std
     adv_seq = (scores.float() - mean[stats.inverse]) / (denom[stats.inverse] + epsilon)  # [B]
+    # A group whose scores are all equal has R_i - mean = 0 exactly; the float mean of eight 0.1s is
+    # not 0.1, and 1/epsilon turned that rounding into advantages of about -0.007.
+    flat = _all_equal(scores.float(), stats.inverse, len(stats.mean)) & ~single
+    adv_seq = torch.where(flat[stats.inverse], torch.zeros_like(adv_seq), adv_seq)
     keep_group = torch.ones_like(single)
     if std_threshold is not None:
         keep_group = ~single & (std > std_threshold)
