@@ -41,6 +41,7 @@ from services.cli.prepare import (
     prepare_data,
     resolve_ports,
     say,
+    takes_turns,
     write_resolved_config,
 )
 from services.cli.progress import ProgressReporter, render_line, should_forward
@@ -248,7 +249,7 @@ class StageRunner:
         for name in workers:
             if not startup_eval and name == "explorer":
                 self.overrides[name] = ("explorer.eval_on_startup=false",)
-            await self.start(name, *self.overrides.get(name, ()), alone=len(workers) == 1)
+            await self.start(name, *self.overrides.get(name, ()), alone=self._alone(workers))
             say(f"{name} is SERVING at {self.cfg.services.endpoint(name).address}")  # type: ignore[arg-type]
         reporter = ProgressReporter(self.cfg, [*workers])
         progress = asyncio.create_task(reporter.run())
@@ -258,6 +259,10 @@ class StageRunner:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
+
+    def _alone(self, workers: Sequence[str]) -> bool:
+        """Each worker may use every core: it is the only one, or the workers take turns."""
+        return len(workers) == 1 or takes_turns(self.cfg)
 
     async def _watch(self, workers: Sequence[str]) -> int:
         restarts: dict[str, int] = {}
@@ -291,7 +296,7 @@ class StageRunner:
                 )
                 await self.stop(label)
                 await self.start(
-                    label, *self.overrides.get(label, ()), alone=label in workers and len(workers) == 1
+                    label, *self.overrides.get(label, ()), alone=label in workers and self._alone(workers)
                 )
             if done == set(workers):
                 return 0

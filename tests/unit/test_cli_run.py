@@ -391,3 +391,27 @@ def test_a_fresh_run_gets_a_timestamped_name_and_its_children_resume_within_it(
     child = load_config(path)
     assert child.continue_from_checkpoint is True
     assert child.run_dir == fresh.run_dir
+
+
+@pytest.mark.parametrize(
+    ("overrides", "turns"),
+    [
+        ([], True),  # strictly on-policy, a real model
+        (["synchronizer.sync_offset=1"], False),  # generation overlaps training
+        (["synchronizer.sync_interval=2"], False),
+        (["synchronizer.sync_style=dynamic_by_explorer"], False),
+        (["mode=train"], False),
+        (["model.model_path=builtin:tiny-arith"], False),  # too small for a second thread to pay
+    ],
+)
+def test_workers_that_take_turns_on_a_real_model_each_get_every_core(
+    overrides: list[str], turns: bool, tmp_path: pathlib.Path
+) -> None:
+    from services.common.config import load_config
+
+    base = [
+        "model.model_path=/models/SmolLM2-135M-Instruct",
+        "synchronizer.sync_offset=0",  # the embedded default's is 1
+        f"checkpoint_root_dir={tmp_path}",
+    ]
+    assert prepare.takes_turns(load_config(None, [*base, *overrides])) is turns
