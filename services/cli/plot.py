@@ -1,8 +1,10 @@
 """`trinity plot RUN_DIR`: one PNG of a run, from its TensorBoard scalars (monitor_type tensorboard).
 
-Left: the mean rollout reward per explorer step (`rollout/reward/mean`). Right: held-out accuracy
-against minutes since the run's first logged scalar: `eval/<taskset>/strict/mean@k` and `lenient`
-where the taskset reports them (boxed-answer tasksets, services/explorer/eval.py), else its reward.
+Left: the mean rollout reward per explorer step (`rollout/reward/mean`). Right: held-out accuracy:
+`eval/<taskset>/strict/mean@k` and `lenient` where the taskset reports them (boxed-answer tasksets,
+services/explorer/eval.py), else its reward, against training minutes (summary.json's learning
+curve, the evals' own time left out, cli/curve.py) once `trinity run` has written it, else against
+minutes since the run's first logged scalar.
 Written to RUN_DIR/plot.png unless --out says otherwise.
 
 matplotlib is the optional `[plot]` extra: only this command draws, and no service should pull a
@@ -12,6 +14,7 @@ plotting stack into its import path (`pip install 'trinity-grpc[plot]'`).
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import re
 import sys
@@ -28,6 +31,33 @@ class RunSeries:
 
     reward: list[tuple[int, float]] = field(default_factory=list)
     evals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    minutes: str = "minutes since the run started"
+
+
+def _curve_evals(run_dir: pathlib.Path) -> dict[str, list[tuple[float, float]]]:
+    """Eval curves against train_minutes from RUN_DIR/summary.json ({} when it has none)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    points = [
+        (float(p["train_minutes"]), scores)
+        for stage in summary.get("stages", [])
+        for p in stage.get("eval", {}).get("curve", [])
+        if "train_minutes" in p and isinstance(scores := p.get("scores"), dict)
+    ]
+    return _pick({tag: [(m, float(s[tag])) for m, s in points if tag in s] for _, s in points for tag in s})
+
+
+def _pick(curves: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
+    """Strict and lenient curves of each taskset, its reward where it has neither; labelled."""
+    wanted = {tag: m for tag in curves if (m := _EVAL_TAG.match(tag))}
+    has_accuracy = {m["taskset"] for m in wanted.values() if m["metric"] != "reward"}
+    return {
+        f"{m['taskset']} {m['metric']}": sorted(curves[tag])
+        for tag, m in sorted(wanted.items())
+        if not (m["metric"] == "reward" and m["taskset"] in has_accuracy)
+    }
 
 
 def read_run(run_dir: str | pathlib.Path) -> RunSeries:
@@ -49,13 +79,13 @@ def read_run(run_dir: str | pathlib.Path) -> RunSeries:
         raise InvalidArgument(f"no scalars under {root} yet", field="run_dir")
     start = min(t for events in scalars.values() for t, _, _ in events)
     series = RunSeries(reward=sorted((s, v) for _, s, v in scalars.get("rollout/reward/mean", [])))
-    wanted = {tag: m for tag in scalars if (m := _EVAL_TAG.match(tag))}
-    has_accuracy = {m["taskset"] for m in wanted.values() if m["metric"] != "reward"}
-    for tag, match in sorted(wanted.items()):
-        if match["metric"] == "reward" and match["taskset"] in has_accuracy:
-            continue
-        label = f"{match['taskset']} {match['metric']}"
-        series.evals[label] = sorted(((t - start) / 60.0, v) for t, _, v in scalars[tag])
+    series.evals = _curve_evals(pathlib.Path(run_dir))
+    if series.evals:
+        series.minutes = "training minutes (evals left out)"
+    else:
+        series.evals = _pick(
+            {tag: [((t - start) / 60.0, v) for t, _, v in events] for tag, events in scalars.items()}
+        )
     return series
 
 
@@ -76,9 +106,7 @@ def draw(series: RunSeries, out: str | pathlib.Path, title: str) -> pathlib.Path
     for label, points in series.evals.items():
         minutes, values = zip(*points, strict=True)
         right.plot(minutes, values, marker="o", label=label)
-    right.set(
-        xlabel="minutes since the run started", ylabel="held-out", title="held-out accuracy", ylim=(0, 1.05)
-    )
+    right.set(xlabel=series.minutes, ylabel="held-out", title="held-out accuracy", ylim=(0, 1.05))
     if series.evals:
         right.legend()
     fig.suptitle(title)

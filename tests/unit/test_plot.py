@@ -57,3 +57,27 @@ def test_plot_errors_name_the_run_dir(tmp_path: pathlib.Path, capsys: pytest.Cap
         main(["plot", str(tmp_path / "nowhere")])
     assert done.value.code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_run_with_a_learning_curve_is_drawn_against_training_minutes(tmp_path: pathlib.Path) -> None:
+    import json
+
+    fake_run(tmp_path)
+    curve = [
+        {
+            "step": 0,
+            "train_minutes": 0.0,
+            "scores": {"eval/h/strict/mean@1": 0.0, "eval/h/reward/mean@1": 0.1},
+        },
+        {
+            "step": 10,
+            "train_minutes": 7.5,
+            "scores": {"eval/h/strict/mean@1": 0.4, "eval/h/reward/mean@1": 0.5},
+        },
+        {"step": 0, "scores": {"eval/h/strict/mean@1": 0.9}},  # no train_minutes (a bench run): left out
+    ]
+    (tmp_path / "summary.json").write_text(json.dumps({"stages": [{"name": "s", "eval": {"curve": curve}}]}))
+    series = read_run(tmp_path)
+    assert series.evals == {"h strict": [(0.0, 0.0), (7.5, 0.4)]}  # strict drawn, so not the reward
+    assert series.minutes == "training minutes (evals left out)"
+    assert len(series.reward) == 3  # the reward per step still comes from the scalars
