@@ -101,12 +101,16 @@ bench: $(STAMP)
 		echo "== $$script"; $(BIN)/python $$script || exit $$?; \
 	done
 
-# GRPO on a real chat model (SmolLM2-135M-Instruct) on the CPU: examples/smollm2_grpo/README.md.
-# About 45 minutes for the default 80 steps; SMOLLM2_STEPS=2 checks the pipeline in a few minutes.
-demo-llm: $(STAMP)
-	@test -f .cache/models/SmolLM2-135M-Instruct/config.json || $(MAKE) model-smollm2
-	$(BIN)/python -m services.models.chat_arith runs/smollm2_data
-	$(BIN)/trinity run -c examples/smollm2_grpo/config.yaml
+# GRPO on a real chat model (SmolLM2-135M-Instruct) on the CPU with vLLM rollouts, offline:
+# examples/smollm2_grpo/README.md. Set-up (.venv-vllm, the model) ~5 min once, then ~35 min for the
+# default 40 steps on 2 cores; SMOLLM2_STEPS=2 checks the pipeline in a few minutes, SMOLLM2_SEED=1
+# runs another seed (its own run dir). Ends with summary.json and plot.png in the run dir.
+SMOLLM2_RUN = runs/trinity-grpc-examples/smollm2-arith-grpo-seed$${SMOLLM2_SEED:-0}
+demo-llm: $(VLLM_STAMP) model-smollm2
+	$(VLLM_BIN)/python -m services.models.chat_arith runs/smollm2_data
+	TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/trinity run -c examples/smollm2_grpo/config.yaml
+	$(VLLM_BIN)/trinity plot $(SMOLLM2_RUN)
+	@echo "summary: $(SMOLLM2_RUN)/summary.json  plot: $(SMOLLM2_RUN)/plot.png"
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) tools/node/node_modules runs
