@@ -32,6 +32,9 @@ def should_forward(line: str, verbose: bool) -> bool:
     return not isinstance(event, str) or event not in CHATTY_EVENTS
 
 
+# A new value of any of these (service, stat) means a step or an eval finished: worth a progress line.
+STEP_KEYS = (("trainer", "step"), ("explorer", "step"), ("explorer", "eval_step"))
+
 _HIDDEN_KEYS = frozenset({"event", "timestamp", "logger", "service", "level", "request_id"})
 
 
@@ -116,9 +119,13 @@ def eta(total_steps: int | None, first: tuple[float, int] | None, now: tuple[flo
 
 
 class ProgressReporter:
-    """Polls GetInfo of the given services and prints a progress line."""
+    """Polls GetInfo of the given services every `interval_s` and prints a progress line when a step
+    or an eval finished since the last line (one line per step when steps are slower than a poll),
+    else every `quiet_s` so a long step still shows it is alive."""
 
-    def __init__(self, cfg: TrinityConfig, services: list[str], interval_s: float = 5.0) -> None:
+    def __init__(
+        self, cfg: TrinityConfig, services: list[str], interval_s: float = 5.0, quiet_s: float = 30.0
+    ) -> None:
         self.cfg = cfg
         self.services = services
         self.interval_s = interval_s
@@ -126,6 +133,8 @@ class ProgressReporter:
         self.last: dict[str, Any] = {}
         self.total_steps = cfg.trainer.total_steps or cfg.buffer.total_steps
         self.first_step: tuple[float, int] | None = None  # (elapsed, step) when a trainer step was first seen
+        self.quiet_s = quiet_s
+        self._printed: tuple[float, tuple[int, ...]] | None = None  # (elapsed, steps) of the last line
 
     async def poll(self) -> dict[str, Any]:
         infos = {}
@@ -139,15 +148,26 @@ class ProgressReporter:
             self.last = infos
         return infos
 
+    def line_for(self, elapsed: float, infos: dict[str, Any]) -> str | None:
+        """The progress line to print now, or None when nothing finished and the last line is recent."""
+        step = int(infos["trainer"].stats.get("step", 0)) if "trainer" in infos else 0
+        if self.first_step is None and step > 0:
+            self.first_step = (elapsed, step)
+        steps = tuple(int(infos[name].stats.get(key, 0)) for name, key in STEP_KEYS if name in infos)
+        if (
+            self._printed is not None
+            and steps == self._printed[1]
+            and elapsed - self._printed[0] < self.quiet_s
+        ):
+            return None
+        self._printed = (elapsed, steps)
+        left = eta(self.total_steps, self.first_step, (elapsed, step))
+        return progress_line(elapsed, infos, self.total_steps, left)
+
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
             infos = await self.poll()
-            if infos:
-                elapsed = time.monotonic() - self.started
-                step = int(infos["trainer"].stats.get("step", 0)) if "trainer" in infos else 0
-                if self.first_step is None and step > 0:
-                    self.first_step = (elapsed, step)
-                left = eta(self.total_steps, self.first_step, (elapsed, step))
-                line = progress_line(elapsed, infos, self.total_steps, left)
+            line = self.line_for(time.monotonic() - self.started, infos) if infos else None
+            if line is not None:
                 print(f"[{'progress':<12}] " + line, flush=True)

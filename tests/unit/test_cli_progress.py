@@ -230,3 +230,28 @@ def test_eta_is_the_pace_since_the_first_step_seen_times_the_steps_left() -> Non
     assert eta(80, (100.0, 2), (150.0, 2)) is None  # no step since: no pace yet
     assert eta(None, (100.0, 2), (400.0, 8)) is None and eta(80, None, (400.0, 8)) is None
     assert eta(8, (100.0, 2), (400.0, 9)) == 0.0  # past the total (a resumed run): nothing left
+
+
+def test_a_line_per_finished_step_and_a_heartbeat_while_a_step_is_long(cfg) -> None:  # type: ignore[no-untyped-def]
+    reporter = ProgressReporter(cfg, ["trainer", "explorer"], quiet_s=30.0)
+
+    def infos(trainer_step: int, explorer_step: int, eval_step: int = 0) -> dict[str, Info]:
+        return {
+            "trainer": Info("training", {"step": trainer_step}),
+            "explorer": Info("exploring", {"step": explorer_step, "eval_step": eval_step}),
+        }
+
+    printed = [
+        t
+        for t, got in [
+            (5.0, infos(0, 0)),  # the first poll: a line
+            (10.0, infos(0, 0)),  # nothing finished, 5 s after the last line: quiet
+            (15.0, infos(0, 1)),  # the explorer finished a step
+            (20.0, infos(1, 1)),  # the trainer did
+            (45.0, infos(1, 1)),  # 25 s of nothing: still quiet
+            (50.0, infos(1, 1)),  # 30 s: a heartbeat
+            (55.0, infos(1, 1, eval_step=1)),  # an eval finished
+        ]
+        if reporter.line_for(t, got) is not None
+    ]
+    assert printed == [5.0, 15.0, 20.0, 50.0, 55.0]
