@@ -79,6 +79,7 @@ class TaskResolver:
         workflow_name = (
             wire.workflow
             or (section.default_workflow_type if section else None)
+            or (inputs.default_eval_workflow_type if wire.is_eval else None)
             or inputs.default_workflow_type
             or self.cfg.buffer.default_workflow_type
         )

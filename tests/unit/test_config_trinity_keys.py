@@ -375,3 +375,39 @@ def test_sync_method_aliases() -> None:
         cfg = validate_config({"synchronizer": {"sync_method": given}})
         assert cfg.synchronizer.method == method
         assert Plan.from_config(cfg.synchronizer).method == method
+
+
+def test_default_eval_workflow_type_is_the_workflow_of_eval_tasksets_that_name_none() -> None:
+    from services.common.experience import Task as WireTask
+    from services.explorer.explorer import TaskResolver
+
+    cfg = validate_config(
+        {
+            "buffer": {
+                "explorer_input": {
+                    "taskset": {"name": "train", "path": "t.jsonl"},
+                    "eval_tasksets": [
+                        {"name": "plain", "path": "e.jsonl"},
+                        {"name": "own", "path": "e.jsonl", "default_workflow_type": "arith_workflow"},
+                    ],
+                    "default_workflow_type": "math_workflow",
+                    "default_eval_workflow_type": "math_boxed_workflow",
+                    "default_reward_fn_type": "math_reward",
+                }
+            }
+        }
+    )
+    resolve = TaskResolver(cfg)
+
+    def workflow(taskset: str, is_eval: bool) -> str:
+        wire = WireTask(raw_task={"question": "1+1", "answer": "2"}, taskset=taskset, is_eval=is_eval)
+        return resolve(wire, 0).workflow.__name__
+
+    names = {name: workflow(name, name != "train") for name in ("train", "plain", "own")}
+    assert names == {"train": "MathWorkflow", "plain": "MathBoxedWorkflow", "own": "ArithWorkflow"}
+
+
+def test_use_v1_false_is_refused_with_the_reason() -> None:
+    assert validate_config({"explorer": {"rollout_model": {"use_v1": True}}}).explorer.rollout_model.use_v1
+    with pytest.raises(ConfigError, match="V0 engine, which current vLLM no longer has"):
+        validate_config({"explorer": {"rollout_model": {"use_v1": False}}})

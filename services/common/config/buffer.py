@@ -154,6 +154,8 @@ class ExplorerInputConfig(Section):
     """Evaluation tasksets."""
     default_workflow_type: str | None = None
     """Workflow when neither the taskset nor buffer sets one."""
+    default_eval_workflow_type: str | None = None
+    """Workflow of an eval taskset that sets none (before default_workflow_type; Trinity's key)."""
     default_reward_fn_type: str | None = None
     """Reward fn when neither the taskset nor buffer sets one."""
 

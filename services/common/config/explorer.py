@@ -50,8 +50,16 @@ class RolloutModelConfig(Section):
     reasoning_parser: Literal["deepseek_r1"] | None = None
     """The OpenAI API splits `<think>...</think>` off as reasoning_content (DeepSeek-R1, Qwen3)."""
 
+    use_v1: bool = True
+    """vLLM's V1 engine (Trinity's switch): current vLLM has no other, so false is refused."""
+
     @model_validator(mode="after")
     def _tool_choice_has_a_parser(self) -> RolloutModelConfig:
+        if not self.use_v1:
+            raise ValueError(
+                "explorer.rollout_model.use_v1: false asks for vLLM's V0 engine, which current vLLM "
+                "no longer has; remove the key or set it true"
+            )
         if self.enable_auto_tool_choice and self.tool_call_parser is None:
             raise ValueError(
                 "explorer.rollout_model.enable_auto_tool_choice needs tool_call_parser (allowed: hermes)"

@@ -70,9 +70,6 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "not yet", "the estimator's arguments; see data_selector.feature_keys"
     ),
     "buffer.*.format.image_key": KeyMeaning("not yet", "multi-modal rows; the models here are text-only"),
-    "buffer.explorer_input.default_eval_workflow_type": KeyMeaning(
-        "not yet", "set default_workflow_type on each eval taskset instead"
-    ),
     # model
     "model.enable_thinking": KeyMeaning(
         "mapped", "passed to the chat template of the explorer's chat prompts (also per auxiliary model)"
@@ -88,7 +85,7 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     # explorer
     "explorer.rollout_model.enable_log_requests": KeyMeaning("not yet", "vLLM request logging"),
     "explorer.rollout_model.use_v1": KeyMeaning(
-        "not yet", "vLLM's V1 engine switch; current vLLM has only V1"
+        "rejected", "true accepted (current vLLM has only its V1 engine); false rejected with that reason"
     ),
     "explorer.auxiliary_models[*].engine_num": KeyMeaning(
         "rejected",
