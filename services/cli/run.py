@@ -189,7 +189,7 @@ class StageRunner:
                 entry["eval"]["curve"] = learning_curve(self.cfg)
             entry["status"] = "complete"
             return 0
-        except (TimeoutError, RuntimeError, TrinityError) as exc:
+        except (asyncio.TimeoutError, TimeoutError, RuntimeError, TrinityError) as exc:
             say(f"stage failed: {exc}", err=True)
             return 1
         finally:

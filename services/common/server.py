@@ -28,6 +28,12 @@ from services.common.security import load_token, server_credentials, tokens_matc
 from trinity_grpc.common.v1 import common_pb2
 
 log = get_logger("server")
+HOOK_MIN_S = 0.5  # a shutdown hook gets at least this long, even after a drain that used the grace
+
+
+def _name(hook: Callable[[], Awaitable[None]]) -> str:
+    return str(getattr(hook, "__qualname__", None) or repr(hook))
+
 
 ERROR_TRAILER = "trinity-error-bin"
 STATUS_OF_KIND: dict[str, grpc.StatusCode] = {
@@ -241,7 +247,10 @@ class ServiceServer:
         await self.stop()
 
     async def stop(self) -> None:
+        """Drain in-flight calls, then run the shutdown hooks, within shutdown_grace_s in all: a hook
+        still running at the deadline (each gets at least HOOK_MIN_S) is cancelled and logged."""
         grace = self.services.shutdown_grace_s
+        deadline = asyncio.get_running_loop().time() + grace
         log.info("server_stopping", service=self.name, grace_s=grace)
         sdnotify.stopping()
         if getattr(self, "_signals_installed", False):
@@ -252,8 +261,13 @@ class ServiceServer:
         await self._health.enter_graceful_shutdown()
         await self._server.stop(grace)
         for hook in self._shutdown_hooks:
+            left = max(deadline - asyncio.get_running_loop().time(), HOOK_MIN_S)
             try:
-                await hook()
+                await asyncio.wait_for(hook(), timeout=left)
+            except asyncio.TimeoutError:
+                log.warning(
+                    "shutdown_hook_timed_out", service=self.name, hook=_name(hook), after_s=round(left, 2)
+                )
             except Exception:
                 log.exception("shutdown_hook_failed", service=self.name)
         log.info("server_stopped", service=self.name)

@@ -92,7 +92,7 @@ class Synchronizer:
         async with self._changed:
             try:
                 return await asyncio.wait_for(self._changed.wait_for(predicate), limit)
-            except TimeoutError:
+            except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                 raise errors.DeadlineExceeded(
                     f"waited {limit:g}s (synchronizer.sync_timeout) for {what}",
                     field="synchronizer.sync_timeout",

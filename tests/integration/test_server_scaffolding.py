@@ -267,3 +267,26 @@ async def test_mtls_requires_a_client_certificate(certs: pathlib.Path) -> None:
         await client.close()
     finally:
         await server.stop()
+
+
+async def test_shutdown_hooks_run_within_the_grace_and_a_stuck_one_is_cut_off() -> None:
+    """Grace 1 s: a hook that would take 30 s is cancelled at the deadline; the next still runs."""
+    server = await start_server(ServicesConfig(shutdown_grace_s=1))
+    ran: list[str] = []
+
+    async def stuck() -> None:
+        ran.append("stuck")
+        await asyncio.sleep(30)
+        ran.append("stuck finished")
+
+    async def quick() -> None:
+        ran.append("quick")
+
+    server.on_shutdown(stuck)
+    server.on_shutdown(quick)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await server.stop()
+    took = loop.time() - started
+    assert ran == ["stuck", "quick"]
+    assert took < 1 + 0.5 + 1.0, took  # the grace, the last hook's minimum, slack for a busy machine
