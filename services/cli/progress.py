@@ -20,8 +20,21 @@ CHATTY_EVENTS = frozenset(
 )
 
 
+# Lines third-party code prints at interpreter exit that say nothing about the run: triton's nanobind
+# module (pulled in by vLLM) reports dozens of "leaked" objects whenever a vLLM explorer exits.
+EXIT_NOISE = (
+    "nanobind: leaked ",
+    " - leaked ",
+    " - ... skipped remainder",
+    "nanobind: this is likely caused by a reference counting issue",
+    "See https://nanobind.readthedocs.io/en/latest/refleaks.html",
+)
+
+
 def should_forward(line: str, verbose: bool) -> bool:
     """Forward non-JSON lines (tracebacks, prints) and every event except the per-step ones."""
+    if not verbose and line.startswith(EXIT_NOISE):
+        return False
     if verbose or not line.startswith("{"):
         return True
     try:

@@ -63,6 +63,20 @@ def test_everything_but_per_step_events_is_forwarded(line: str) -> None:
     assert should_forward(line, verbose=False) is True
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "nanobind: leaked 64 types!",
+        ' - leaked type "triton._C.libtriton.ir.location"',
+        " - ... skipped remainder",
+        "nanobind: this is likely caused by a reference counting issue in the binding code.",
+    ],
+)
+def test_triton_exit_leak_reports_stay_in_the_log_file_only(line: str) -> None:
+    assert should_forward(line, verbose=False) is False
+    assert should_forward(line, verbose=True) is True
+
+
 # ---- render_line ---------------------------------------------------------------------------------
 
 
