@@ -7,8 +7,9 @@ bench explorer and the explorer's own evals every `eval_interval` steps) becomes
 `train_minutes` counts wall time from the trainer's first start (its first `resumed` event) to the
 moment the eval began, minus the time the explorer spent in the evals before it: the minutes a run
 without evals would have needed to reach those weights. The start-of-stage eval is at 0; the
-end-of-stage eval at the trainer's last step. A run that trained nothing (bench, explore) has no
-`train_minutes`.
+end-of-stage eval at the trainer's last step; a later point never has fewer minutes than an
+earlier one (an eval overlapping the trainer's last step is not subtracted twice). A run that
+trained nothing (bench, explore) has no `train_minutes`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _trainer_span(stage: TrinityConfig) -> tuple[float, float] | None:
 def learning_curve(stage: TrinityConfig) -> list[dict[str, Any]]:
     """The stage's eval records in order, as curve points (see the module docstring)."""
     span = _trainer_span(stage)
-    points, evals_before = [], 0.0
+    points, evals_before, latest = [], 0.0, 0.0
     for record in sorted(eval_records(stage), key=lambda r: float(r.get("time", 0.0))):
         scores = main_first(record.get("scores", {}))
         point: dict[str, Any] = {
@@ -52,7 +53,8 @@ def learning_curve(stage: TrinityConfig) -> list[dict[str, Any]]:
             first, last = span
             began = float(record.get("time", 0.0)) - float(record.get("eval_s", 0.0))
             seconds = 0.0 if began <= first else min(began, last) - first - evals_before
-            point["train_minutes"] = round(max(seconds, 0.0) / 60.0, 2)
+            latest = max(latest, seconds)
+            point["train_minutes"] = round(latest / 60.0, 2)
             if first < began < last:  # an eval inside the run took time the trainer mostly waited
                 evals_before += float(record.get("eval_s", 0.0))
         points.append(point)

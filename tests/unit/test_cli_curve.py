@@ -39,9 +39,24 @@ def test_train_minutes_leave_out_the_evals_before_each_point(tmp_path: pathlib.P
     curve = learning_curve(cfg)
 
     assert [p["train_minutes"] for p in curve] == [0.0, round(40 / 60, 2), round(70 / 60, 2), 1.25]
+
     assert [p["step"] for p in curve] == [0, 1, 2, 2]
     assert list(curve[1]["scores"]) == ["eval/h/strict/mean@1", "eval/h/boxed/mean@1"]  # main first
     assert curve[2]["scores"]["eval/h/strict/mean@1"] == 0.4
+
+
+def test_train_minutes_never_go_back(tmp_path: pathlib.Path) -> None:
+    # an in-run eval that began during the trainer's last step (170-190), then the end-of-stage eval:
+    # 190 - 100 - the 15 s eval = 75 s would come before the first point's 80 s
+    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
+    run = pathlib.Path(cfg.run_dir)
+    write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
+    write_lines(run / "trainer" / "progress.jsonl", [{"step": 1, "time": 190.0}])
+    write_lines(
+        run / "eval" / "results.jsonl",
+        [evaluated(195.0, 15.0, 1, 0.4), evaluated(230.0, 20.0, 1, 0.5, mode="bench")],
+    )
+    assert [p["train_minutes"] for p in learning_curve(cfg)] == [round(80 / 60, 2), round(80 / 60, 2)]
 
 
 def test_a_run_that_trained_nothing_has_no_train_minutes(tmp_path: pathlib.Path) -> None:
