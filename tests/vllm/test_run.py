@@ -1,7 +1,8 @@
-"""`trinity run` with `engine_type: vllm` on CPU: GRPO on a tiny Llama, a sync every step, by checkpoint
-files and by a gloo group. Every step trains on experiences sampled by the version the plan names
-(staleness 0 on-policy), and the explorer's logprobs are the trainer's own: the PPO ratio starts at 1
-(ppo_kl ~ 0), which holds only if vLLM served exactly the weights the trainer published."""
+"""`trinity run` with `engine_type: vllm` on CPU: GRPO on a tiny Llama, a sync every step by a gloo
+group (by checkpoint files: test_smollm2_grpo.py, on the real model). Every step trains on
+experiences sampled by the version the plan names (staleness 0 on-policy), and the explorer's
+logprobs are the trainer's own: the PPO ratio starts at 1 (ppo_kl ~ 0), which holds only if vLLM
+served exactly the weights the trainer published."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ STEPS = 4
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("sync_method", ["checkpoint", "nccl"])
+@pytest.mark.parametrize("sync_method", ["nccl"])
 def test_grpo_on_vllm_follows_the_sync_plan(tmp_path: pathlib.Path, sync_method: str) -> None:
     model_dir = tmp_path / "model"
     build_tiny_llama(model_dir)
