@@ -1,0 +1,192 @@
+"""GRPO on SmolLM2-135M-Instruct (`make demo-llm`'s job): our services with vLLM rollouts vs a
+hand-written single-process loop, wall time per step.
+
+    .venv-vllm/bin/python benchmarks/smollm2_grpo.py [--steps 6] [--quick]   (make bench-vllm runs it)
+
+Both sides run the job of examples/smollm2_grpo/config.yaml from the same converted model: 8 chat
+arithmetic questions × 8 samples per step at temperature 0.7 and at most 64 new tokens, the shaped
+boxed reward, GRPO advantages (flat groups exactly 0 and left out of the update), one token-mean
+update per batch in micro-batches of 16 sorted by length, AdamW lr 1e-5 (betas 0.9/0.99, weight
+decay 0.01), grad clip 1.0, no KL, the weights used for sampling updated every step.
+- ours: `trinity run` of that config (engine vllm, checkpoint sync every step), evals removed;
+- baseline: one process, transformers' `generate` for sampling (what real-model.md's measured loop
+  did), the same model object updated in place, so its "sync" costs nothing.
+Figure: steady-state seconds per step, (t_last − t_first) / (N − 1) over the step finish times (the
+trainer's progress.jsonl; the loop's own clock), so start-up is left out. Each process may use every
+core (the two sides run one after the other). Replies shorten as the model learns, so both sides
+start from the same weights and run the same number of steps; the mean reward of each is reported
+beside the time. Last line: the JSON object of benchmarks/README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.lib.e2e_figures import steady_step_time  # noqa: E402
+from services.models.chat_arith import render_prompt, split_rows  # noqa: E402
+
+CONFIG = ROOT / "examples" / "smollm2_grpo" / "config.yaml"
+QUESTIONS, SAMPLES, MAX_TOKENS, MICRO = 8, 8, 64, 16
+
+
+def say(message: str) -> None:
+    print(f"[smollm2_grpo] {message}", file=sys.stderr, flush=True)
+
+
+def hand_loop(model_dir: str, steps: int) -> dict[str, Any]:
+    """The baseline: sample with generate, score, GRPO advantages, one update; returns times and rewards."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from services.explorer.shaped_reward import boxed_shaped_reward
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.99), weight_decay=0.01)
+    train, _ = split_rows()
+    times, rewards = [], []
+    for step in range(steps):
+        rows = train[step * QUESTIONS : (step + 1) * QUESTIONS]
+        prompts = tok([render_prompt(tok, r) for r in rows], return_tensors="pt", padding=True)
+        model.eval()
+        with torch.no_grad():
+            out = model.generate(
+                **prompts,
+                do_sample=True,
+                temperature=0.7,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=MAX_TOKENS,
+                num_return_sequences=SAMPLES,
+                pad_token_id=tok.pad_token_id,
+            )
+        width = prompts["input_ids"].shape[1]
+        texts = tok.batch_decode(out[:, width:], skip_special_tokens=True)
+        scores = torch.tensor(
+            [boxed_shaped_reward(t, rows[i // SAMPLES]["answer"])["reward"] for i, t in enumerate(texts)]
+        )
+        groups = scores.view(QUESTIONS, SAMPLES)
+        flat = groups.max(dim=1).values == groups.min(dim=1).values
+        adv = ((groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-6)).masked_fill(
+            flat.unsqueeze(1), 0.0
+        )
+        rewards.append(float(scores.mean()))
+        prompt_mask = prompts["attention_mask"].repeat_interleave(SAMPLES, dim=0)
+        _update(model, opt, tok, out, prompt_mask, adv.flatten())
+        times.append(time.time())
+        say(f"hand loop step {step + 1}/{steps}: reward {rewards[-1]:.3f}")
+    return {"times": times, "rewards": rewards}
+
+
+def _update(model: Any, opt: Any, tok: Any, out: Any, prompt_mask: Any, adv: Any) -> None:
+    """One token-mean policy-gradient update over the rows with a nonzero advantage (ratio 1 on-policy)."""
+    import torch
+
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    width = prompt_mask.shape[1]
+    response = out[:, width:]
+    eos = (response == tok.eos_token_id).long()
+    mask = torch.where(eos.cumsum(1) - eos > 0, 0, 1)  # tokens up to and including the first EOS
+    attention = torch.cat([prompt_mask, mask], dim=1)
+    active = (adv != 0).nonzero().flatten()
+    order = active[torch.argsort(mask[active].sum(1))]
+    for chunk in torch.split(order, MICRO):
+        t = int(mask[chunk].sum(1).max())
+        logits = model(
+            input_ids=out[chunk, : width + t],
+            attention_mask=attention[chunk, : width + t],
+            logits_to_keep=t + 1,
+        ).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, response[chunk, :t].unsqueeze(-1)).squeeze(-1)
+        m = mask[chunk, :t].float()
+        ratio = torch.exp(logp - logp.detach())
+        loss = -(adv[chunk].unsqueeze(1) * ratio * m).sum() / m.sum() * (len(chunk) / len(adv))
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def ours(model_dir: str, steps: int, work: pathlib.Path) -> dict[str, Any]:
+    """`trinity run` of the example config without its evals; times and rewards from progress.jsonl."""
+    import yaml
+
+    from services.models.chat_arith import write_tasksets
+
+    write_tasksets(work / "smollm2_data")
+    cfg = yaml.safe_load(CONFIG.read_text())
+    cfg["buffer"]["explorer_input"].pop("eval_tasksets")
+    cfg["explorer"]["eval_on_startup"] = False
+    config = work / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {
+        **os.environ,
+        "SMOLLM2_STEPS": str(steps),
+        "SMOLLM2_DIR": model_dir,
+        "TRINITY_ENGINE": "vllm",
+        "TRINITY_CHECKPOINT_ROOT_DIR": str(work),
+    }
+    trinity = pathlib.Path(sys.executable).parent / "trinity"
+    subprocess.run([str(trinity), "run", "-c", str(config)], cwd=work, env=env, check=True, stdout=sys.stderr)
+    progress = work / "trinity-grpc-examples" / "smollm2-arith-grpo-seed0" / "trainer" / "progress.jsonl"
+    records = [json.loads(line) for line in progress.read_text().splitlines()]
+    return {
+        "times": [float(r["time"]) for r in records],
+        "rewards": [float(r["metrics"]["critic/rewards/mean"]) for r in records],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=str(ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct"))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--quick", action="store_true", help="3 steps a side")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps = 3
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
+    with tempfile.TemporaryDirectory(prefix="smollm2-bench-") as tmp:
+        say(f"ours: trinity run, {args.steps} steps")
+        mine = ours(args.model, args.steps, pathlib.Path(tmp))
+    say(f"baseline: hand-written loop, {args.steps} steps")
+    base = hand_loop(args.model, args.steps)
+    ours_s, base_s = steady_step_time(mine["times"]), steady_step_time(base["times"])
+    result = {
+        "name": "smollm2_grpo",
+        "unit": "s/step",
+        "ours": round(ours_s, 2),
+        "baseline": round(base_s, 2),
+        "baseline_name": "a hand-written one-process GRPO loop (transformers generate + torch update)",
+        "ratio": round(ours_s / base_s, 3),
+        "target_ratio": 1.0,
+        "lower_is_better": True,
+        "config": {
+            "model": args.model,
+            "steps": args.steps,
+            "threads": os.environ["OMP_NUM_THREADS"],
+            "reward_mean": {"ours": mine["rewards"], "baseline": base["rewards"]},
+        },
+    }
+    out = ROOT / "benchmarks" / "results" / "smollm2_grpo.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
