@@ -7,8 +7,7 @@ One step:
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
 3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
 4. Experience pipeline (filters, shaping, optional group advantages).
-5. Write to the experience buffer in chunks with idempotency keys derived from (explorer, step,
-   chunk), so a retried or replayed write adds nothing.
+5. Write to the experience buffer in chunks with idempotency keys from (explorer, step, chunk).
 6. Pass-rate feedback for difficulty-based task selection; metrics to the monitor; a log line.
 Eval runs at start (eval_on_startup, fresh runs only) and every eval_interval steps. At end of
 data the explorer closes its writer on the experience buffer so the trainer sees the end.
