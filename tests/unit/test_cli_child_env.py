@@ -1,0 +1,76 @@
+"""The environment `trinity run` gives its children: torch threads per worker (half the cores, every
+core for a worker computing alone or for workers that take turns), no progress bars, unbuffered output."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from services.cli import prepare
+from services.common.config import load_config
+
+# ---- child_env -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(8, "4"), (2, "1"), (3, "1"), (1, "1"), (None, "1")])
+def test_torch_threads_default_to_half_the_cores_at_least_one(
+    monkeypatch: pytest.MonkeyPatch, cores: int | None, threads: str
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert prepare.child_env()["OMP_NUM_THREADS"] == threads
+
+
+@pytest.mark.parametrize(("cores", "threads"), [(8, "8"), (2, "2"), (1, "1"), (None, "2")])
+def test_a_worker_computing_alone_gets_every_core(
+    monkeypatch: pytest.MonkeyPatch, cores: int | None, threads: str
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert prepare.child_env(alone=True)["OMP_NUM_THREADS"] == threads
+
+
+def test_the_users_thread_count_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert prepare.child_env()["OMP_NUM_THREADS"] == "3"
+    assert prepare.child_env(alone=True)["OMP_NUM_THREADS"] == "3"
+
+
+def test_children_get_no_progress_bars_unbuffered_output_and_the_rest_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setenv("PYTHONUNBUFFERED", "0")  # forced on: the console reads the children's lines live
+    monkeypatch.setenv("TRINITY_TEST_MARKER", "kept")
+    env = prepare.child_env()
+    assert env["TQDM_DISABLE"] == "1"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["TRINITY_TEST_MARKER"] == "kept"
+    assert all(
+        env[k] == v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"
+    )  # the rest passes through
+
+
+@pytest.mark.parametrize(
+    ("overrides", "turns"),
+    [
+        ([], True),  # strictly on-policy, a real model
+        (["synchronizer.sync_offset=1"], False),  # generation overlaps training
+        (["synchronizer.sync_interval=2"], False),
+        (["synchronizer.sync_style=dynamic_by_explorer"], False),
+        (["mode=train"], False),
+        (["model.model_path=builtin:tiny-arith"], False),  # too small for a second thread to pay
+    ],
+)
+def test_workers_that_take_turns_on_a_real_model_each_get_every_core(
+    overrides: list[str], turns: bool, tmp_path: pathlib.Path
+) -> None:
+    base = [
+        "model.model_path=/models/SmolLM2-135M-Instruct",
+        "synchronizer.sync_offset=0",  # the embedded default's is 1
+        f"checkpoint_root_dir={tmp_path}",
+    ]
+    assert prepare.takes_turns(load_config(None, [*base, *overrides])) is turns
