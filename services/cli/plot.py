@@ -40,13 +40,13 @@ def _curve_evals(run_dir: pathlib.Path) -> dict[str, list[tuple[float, float]]]:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
-    points = [
-        (float(p["train_minutes"]), scores)
-        for stage in summary.get("stages", [])
-        for p in stage.get("eval", {}).get("curve", [])
-        if "train_minutes" in p and isinstance(scores := p.get("scores"), dict)
-    ]
-    return _pick({tag: [(m, float(s[tag])) for m, s in points if tag in s] for _, s in points for tag in s})
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for stage in summary.get("stages", []):
+        for point in stage.get("eval", {}).get("curve", []):
+            if "train_minutes" in point and isinstance(scores := point.get("scores"), dict):
+                for tag, value in scores.items():
+                    curves.setdefault(tag, []).append((float(point["train_minutes"]), float(value)))
+    return _pick(curves)
 
 
 def _pick(curves: dict[str, list[tuple[float, float]]]) -> dict[str, list[tuple[float, float]]]:
