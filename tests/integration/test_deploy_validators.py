@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from services.common.config.services import SERVICE_NAMES
 
@@ -125,3 +126,38 @@ def test_compose_schema_check_catches_a_broken_file(tmp_path) -> None:
     broken.write_text(text.replace("condition: service_healthy", "condition: service_ready", 1))
     result = check_compose(broken)
     assert result.returncode == 1 and "service_ready" in result.stdout, result.stdout + result.stderr
+
+
+K8S = REPO / "deploy" / "k8s"
+KUBERNETES_VALIDATE = VENV_BIN / "kubernetes-validate"
+
+
+def kubernetes_validate(*files: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    """kubernetes-validate (upstream Kubernetes OpenAPI schemas, bundled: works offline), strict mode."""
+    assert KUBERNETES_VALIDATE.exists(), (
+        f"{KUBERNETES_VALIDATE} missing: pip install kubernetes-validate (the dev extra)"
+    )
+    return subprocess.run(
+        [str(KUBERNETES_VALIDATE), "--strict", "--no-warn", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_k8s_manifests_pass_kubernetes_validate_strict() -> None:
+    resources = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    result = kubernetes_validate(*(K8S / name for name in resources))
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = [line for line in result.stdout.splitlines() if " passed for resource " in line]
+    documents = sum(1 for name in resources for d in yaml.safe_load_all((K8S / name).read_text()) if d)
+    assert len(passed) == documents, result.stdout
+
+
+def test_kubernetes_validate_catches_a_broken_manifest(tmp_path) -> None:
+    broken = tmp_path / "buffer.yaml"
+    broken.write_text((K8S / "buffer.yaml").read_text().replace("serviceName:", "serviceNam:", 1))
+    result = kubernetes_validate(broken)
+    assert result.returncode == 1 and "'serviceNam' was unexpected" in result.stdout, (
+        result.stdout + result.stderr
+    )

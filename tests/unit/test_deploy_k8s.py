@@ -1,6 +1,8 @@
 """deploy/k8s: every manifest parses and passes a strict schema, and the manifests agree with each other
-and with the config in the ConfigMap (kubeconform-style, offline: the schema is vendored in
-deploy/k8s/schema/, a subset of the Kubernetes 1.30 API in which an unknown field is an error)."""
+and with the config in the ConfigMap. The upstream Kubernetes schemas are checked by kubernetes-validate
+(tests/integration/test_deploy_validators.py); the schema here is a vendored subset of the 1.30 API
+(deploy/k8s/schema/) that is stricter where upstream's is loose: enums, quantities, names, one probe
+handler, and an unknown field is an error."""
 
 from __future__ import annotations
 
