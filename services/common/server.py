@@ -185,6 +185,7 @@ class ServiceServer:
         self.port: int | None = None
         self._service_names: list[str] = []
         self._shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+        self.stop_requested_at: float | None = None  # time.monotonic() of the first stop request
         self._stop_event = asyncio.Event()
         self._health = health.aio.HealthServicer()
         self._server = grpc.aio.server(
@@ -229,7 +230,15 @@ class ServiceServer:
         return self.port
 
     def request_stop(self) -> None:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
         self._stop_event.set()
+
+    @property
+    def stop_deadline(self) -> float:
+        """time.monotonic() by which a requested stop must be over: request + shutdown_grace_s."""
+        requested = self.stop_requested_at if self.stop_requested_at is not None else time.monotonic()
+        return requested + self.services.shutdown_grace_s
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT request a graceful stop (no-op outside the main thread, e.g. in tests)."""

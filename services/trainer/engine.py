@@ -15,6 +15,7 @@ Settings and the lr schedule: settings.py; logprobs, the critic and batch metric
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -28,6 +29,11 @@ from services.trainer.batching import Batch, ModelInputs, micro_batches
 from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
 from services.trainer.modeling import ValueModel, accepts_logits_to_keep, batch_metrics, token_logprobs
 from services.trainer.settings import EngineSettings, lr_factor
+
+
+class StepAbandoned(Exception):
+    """train_step gave up before its first optimizer step (`TrainEngine.abandon` was set): the weights,
+    the optimizer and the step count are as they were before the call."""
 
 
 class TrainEngine:
@@ -45,6 +51,8 @@ class TrainEngine:
         dist: DistContext | None = None,
     ) -> None:
         self.dist = dist
+        # Set from another thread to give up the step in progress (a stop that ran out of time).
+        self.abandon = threading.Event()
         self.device = dist.device if dist is not None else torch.device(device)
         self.model = model.to(self.device)
         self.algorithm = algorithm
@@ -169,12 +177,19 @@ class TrainEngine:
         timings["time/advantage"] = time.perf_counter() - t0
         return {**adv_metrics, **timings}
 
+    def _check_abandon(self) -> None:
+        # FSDP ranks must run the same collectives, so a distributed step always finishes.
+        if self.abandon.is_set() and self.dist is None:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise StepAbandoned(f"step {self.step + 1} abandoned before its optimizer step")
+
     def train_step(self, batch: Batch) -> dict[str, float]:
         """One optimizer step per ppo epoch over `batch`; returns metrics (loss parts, grad norm, lr...)."""
         start = time.perf_counter()
         batch = Batch(
             batch.inputs.to(self.device), batch.train.to(self.device), batch.needs_logprob.to(self.device)
         )
+        self._check_abandon()
         metrics = self.prepare(batch)
         self.model.train()
         t_update = time.perf_counter()
@@ -193,6 +208,8 @@ class TrainEngine:
             else:
                 mine = [(c, True) for c in chunks]
             for idx, real in mine:
+                if _epoch == 0:  # once an optimizer step ran, the step is finished, not abandoned
+                    self._check_abandon()
                 share = len(idx) / n if real else 0.0  # a dummy keeps the ranks' collectives in step
                 mb = batch.select(idx)
                 logprob, entropy = self.policy(mb.inputs)

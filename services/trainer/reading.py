@@ -137,3 +137,12 @@ class LeasedReader:
                         return
                 log.warning("ack_retry", lease=lease, error=str(exc))
                 await asyncio.sleep(RETRY_DELAY_S)
+
+    async def give_back(self, lease: str) -> None:
+        """Return a lease's rows to the buffer untrained (an abandoned step); a lease the buffer no
+        longer has, or a buffer that is gone, is left to the next trainer (the journal keeps it)."""
+        try:
+            await self.source.nack(lease)
+            self.leases.release(lease)
+        except errors.TrinityError as exc:
+            log.warning("lease_return_deferred_to_restart", lease=lease, error=str(exc))

@@ -10,6 +10,7 @@ saves a checkpoint and returns as well.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from services.common.config.schema import TrinityConfig
@@ -85,6 +86,20 @@ def run_follower(cfg: TrinityConfig, ctx: Any) -> None:
     follow(built.engine, ctx)
 
 
+async def stop_within(loop: Any, run: asyncio.Future[None], deadline: float) -> None:
+    """Let the step in progress finish while it can end by `deadline` (time.monotonic()) with time
+    left for the final checkpoint (as long as the last one took); otherwise abandon it: the
+    engine stops before its optimizer step and the step's rows go back to the buffer."""
+    left = deadline - time.monotonic() - loop.last_save_s
+    if left > 0:
+        await asyncio.wait({run}, timeout=left)
+    if not run.done():
+        log.warning(
+            "trainer_step_abandoned_at_stop", step=loop.engine.step + 1, waited_s=round(max(left, 0), 2)
+        )
+        loop.abandon_step()
+
+
 async def serve(cfg: TrinityConfig) -> None:
     from services.buffer.client import BufferClient
     from services.common.monitor import make_monitor
@@ -126,6 +141,7 @@ async def serve(cfg: TrinityConfig) -> None:
             if not run.done():
                 log.info("trainer_stopping", step=loop.engine.step)
                 loop.request_stop()
+                await stop_within(loop, run, server.stop_deadline)
             await run
     finally:
         if ctx is not None and engine is not None:

@@ -33,7 +33,7 @@ from services.common.logging import get_logger
 from services.common.monitor import Monitor, NullMonitor, peak_rss_mb
 from services.trainer.batching import build_batch, untrainable_reason
 from services.trainer.checkpoint import DataCursor, TrainerState, full_checkpoint_root, save_checkpoint
-from services.trainer.engine import TrainEngine
+from services.trainer.engine import StepAbandoned, TrainEngine
 from services.trainer.leases import LeaseJournal
 from services.trainer.ports import (
     Collected,
@@ -81,6 +81,7 @@ class TrainerLoop:
         self.reader = LeasedReader(cfg, source, self.leases, self._stop, self.status)
         self._lock = asyncio.Lock()  # one of: a training step, a checkpoint save
         self._saved_step = engine.step if state else -1
+        self.last_save_s = 0.0  # how long the last checkpoint took to write (a stop keeps time for one)
         self._max_length = max_model_length(cfg, engine.model)
         pad = getattr(tokenizer, "pad_token_id", None)
         self._pad_id = int(pad) if pad is not None else 0
@@ -90,6 +91,13 @@ class TrainerLoop:
     def request_stop(self) -> None:
         """Finish the step in progress (or abandon a read), save, and return from run()."""
         self._stop.set()
+
+    def abandon_step(self) -> None:
+        """Give up the step in progress at its next micro-batch, before its optimizer step: its rows
+        go back to the buffer untrained (a stop that cannot wait for the step to finish)."""
+        event = getattr(self.engine, "abandon", None)
+        if event is not None:
+            event.set()
 
     @property
     def total_steps(self) -> int | None:
@@ -226,7 +234,13 @@ class TrainerLoop:
             )
             version_before = self.engine.step
             t0 = time.perf_counter()
-            metrics = await asyncio.to_thread(self.engine.train_step, batch)
+            try:
+                metrics = await asyncio.to_thread(self.engine.train_step, batch)
+            except StepAbandoned:
+                for lease in got.leases:
+                    await self.reader.give_back(lease)
+                log.warning("step_abandoned", step=step, rows=len(got.experiences), hint="rows given back")
+                return
             train_s = time.perf_counter() - t0
             t_journal = time.perf_counter()
             metrics["replay/bytes"] = float(
@@ -357,7 +371,9 @@ class TrainerLoop:
                 keep=self.cfg.trainer.effective_checkpoints_to_keep,
             )
 
+        started = time.perf_counter()
         path = await asyncio.to_thread(gather_and_write)
+        self.last_save_s = time.perf_counter() - started
         self._saved_step = self.engine.step
         self.replay.checkpointed(self.engine.step)
         self.status.last_checkpoint = str(path)

@@ -76,7 +76,9 @@ class ServicesConfig(Section):
     to twice this size to say so; beyond that gRPC's own RESOURCE_EXHAUSTED answers). Raise it on
     the servers and their clients alike."""
     shutdown_grace_s: float = Field(10.0, ge=0)
-    """On SIGTERM, seconds in-flight calls may take to finish before the server exits."""
+    """On SIGTERM, the seconds a service's whole stop may take: in-flight calls, shutdown hooks, and
+    the trainer's step in progress (one that cannot end in time, less the last checkpoint's write
+    time, is abandoned before its optimizer step and its rows go back to the buffer)."""
     call_timeout_s: float = Field(30.0, gt=0)
     """Default deadline of an outgoing call, in seconds."""
     max_retries: int = Field(5, ge=0, le=100)
