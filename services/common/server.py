@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.common import errors, sdnotify
+from services.common import errors, hard_stop, sdnotify
 from services.common.config.services import Endpoint, ServicesConfig
 from services.common.limits import Oversize, limit_bytes, oversize_error, server_receive_bytes, size_checked
 from services.common.logging import REQUEST_ID_HEADER, get_logger, new_request_id, set_request_id
@@ -232,6 +232,7 @@ class ServiceServer:
     def request_stop(self) -> None:
         if self.stop_requested_at is None:
             self.stop_requested_at = time.monotonic()
+            hard_stop.arm(self.name, self.services.shutdown_grace_s)
         self._stop_event.set()
 
     @property
