@@ -78,7 +78,8 @@ class ServicesConfig(Section):
     shutdown_grace_s: float = Field(10.0, ge=0)
     """On SIGTERM, the seconds a service's whole stop may take: in-flight calls, shutdown hooks, and
     the trainer's step in progress (one that cannot end in time, less the last checkpoint's write
-    time, is abandoned before its optimizer step and its rows go back to the buffer)."""
+    time, is abandoned before its optimizer step and its rows go back to the buffer). A process whose
+    stop still overruns it ends 1 s later (services.common.hard_stop)."""
     call_timeout_s: float = Field(30.0, gt=0)
     """Default deadline of an outgoing call, in seconds."""
     max_retries: int = Field(5, ge=0, le=100)
