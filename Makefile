@@ -112,6 +112,7 @@ bench: $(STAMP)
 		case $$script in *vllm*|*smollm2*) continue;; esac; \
 		echo "== $$script"; $(BIN)/python $$script || exit $$?; \
 	done
+	echo "== benchmarks/e2e.py --sync-offset 1"; $(BIN)/python benchmarks/e2e.py --sync-offset 1
 
 # GRPO on a real chat model (SmolLM2-135M-Instruct) on the CPU with vLLM rollouts, offline:
 # examples/smollm2_grpo/README.md. Set-up (.venv-vllm, the model) ~5 min once, then ~35 min for the

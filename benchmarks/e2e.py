@@ -1,6 +1,6 @@
 """One small GRPO job, end to end: our four services (`trinity run`) vs TRL's GRPOTrainer.
 
-    .venv/bin/python benchmarks/e2e.py [--quick] [--steps 20] [--batch 16] [--repeat 8]
+    .venv/bin/python benchmarks/e2e.py [--quick] [--steps 20] [--batch 16] [--repeat 8] [--sync-offset 1]
 
 TRL is a benchmark-only dependency (`make bench` installs it); it is never needed by the package
 or by the tests. Both sides run the same job on CPU: the same starting weights (builtin:tiny-arith
@@ -143,7 +143,11 @@ def our_config(
         },
         "explorer": {"eval_on_startup": False, "eval_interval": 100000},
         # nccl (default: a gloo group on CPU) or checkpoint files (what the CPU demo uses)
-        "synchronizer": {"sync_method": args.sync_method, "sync_interval": 1},
+        "synchronizer": {
+            "sync_method": args.sync_method,
+            "sync_interval": 1,
+            "sync_offset": args.sync_offset,
+        },
         "trainer": {"save_interval": 100000, "micro_batch_size": args.batch * args.repeat},
         "monitor": {"monitor_type": "none"},
         "services": {name: {"port": 0} for name in ("buffer", "synchronizer", "trainer", "explorer")},
@@ -215,6 +219,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("checkpoint", "nccl"),
         default="nccl",
         help="our weight sync: nccl (default; a gloo group on CPU) or checkpoint files (what the CPU demo uses)",
+    )
+    parser.add_argument(
+        "--sync-offset",
+        type=int,
+        default=0,
+        choices=(0, 1),
+        help="our synchronizer.sync_offset: 0 on-policy (default), 1: the explorer generates step n+1 "
+        "while the trainer trains step n (one step stale; TRL stays on-policy). Target ratio 1.0 / 0.7",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, run dir)")
     args = parser.parse_args(argv)
@@ -288,11 +300,15 @@ def main(argv: list[str] | None = None) -> int:
         "sft_warmup_steps": args.sft_steps,
         "device": "cpu",
         "sync_method": args.sync_method,
+        "sync_offset": args.sync_offset,
         "torch_threads": torch.get_num_threads(),
     }
     result = result_line(ours, trl_side, trl.__version__, config)
+    if args.sync_offset:  # issue 21's second figure: generation of step n+1 overlaps training of step n
+        result.update(name="e2e_grpo_step_time_sync_offset_1", target_ratio=0.7)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "e2e.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = "e2e.json" if not args.sync_offset else f"e2e_offset{args.sync_offset}.json"
+    (RESULTS / name).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
     return 0
 
