@@ -48,6 +48,9 @@ class WeightSync(Protocol):
     async def load_path(self, version: int, path: str) -> None:
         """Load a checkpoint directory into every engine (bench mode)."""
 
+    async def leave(self) -> None:
+        """After the last step's sync: be named in no later weight group."""
+
     lock: asyncio.Lock  # held while weights change (evaluations take it too)
 
 
@@ -253,6 +256,8 @@ class Explorer:
                 await self.evaluate(0)
             first = False
             sync_s = await self.sync_before(step)
+            if step == self.cfg.buffer.total_steps:  # no later version will be loaded
+                await self.weights.leave()
             extra = {
                 "time/sync_s": sync_s,
                 "time/read_tasks_s": read_tasks_s,

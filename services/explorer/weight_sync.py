@@ -30,6 +30,9 @@ class EngineWeights:
             for engine in self.pool.engines:
                 await engine.update_weights_async(lambda e: e.update_weights(tensors.items()))
 
+    async def leave(self) -> None:
+        """No synchronizer to leave (bench mode, tests)."""
+
     async def load_path(self, version: int, path: str) -> None:
         """bench mode and tests: a checkpoint directory of safetensors files (or its model/ subdir)."""
         async with self.lock:
@@ -45,6 +48,12 @@ class ServiceWeightSync(EngineWeights):
         super().__init__(pool)
         self.client = client
         self.receiver = receiver
+
+    async def leave(self) -> None:
+        """The last step's weights are loaded: end the heartbeat stream, so the synchronizer names
+        this explorer in no later weight group (a trainer would wait for it there until sync_timeout)."""
+        await self.client.stop_heartbeat()
+        log.info("left_weight_groups", member=getattr(self.client, "member_id", ""))
 
     async def before_step(self, step: int) -> int | None:
         """Returns the version loaded for this step, or None when the held one stays.

@@ -78,6 +78,7 @@ class FakeWeightSync:
         self.plan = plan or {}
         self.asked: list[int] = []
         self.loaded: list[int] = []
+        self.left_after: list[int] | None = None  # the steps asked when leave() was called
 
     async def before_step(self, step):
         self.asked.append(step)
@@ -91,6 +92,9 @@ class FakeWeightSync:
     async def load_path(self, version, path):
         await self.engines.load_path(version, path)
         self.loaded.append(version)
+
+    async def leave(self):
+        self.left_after = list(self.asked)
 
 
 class RecordingMonitor:

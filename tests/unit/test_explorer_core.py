@@ -101,6 +101,24 @@ async def test_steps_write_batch_times_repeat_with_consistent_logprobs(parts):
     assert {"eval/eval_arith/accuracy/mean@2", "eval/eval_arith/accuracy/best@2"} <= set(evals[0][1])
 
 
+async def test_explorer_leaves_the_weight_groups_after_the_last_steps_sync(parts):
+    """With buffer.total_steps the explorer knows its last step: once that step's weights are
+    loaded it leaves (a trainer publishing later must not wait for it in a weight group)."""
+    rows = generate(ArithSpec(), 12, seed=4)
+    cfg = make_cfg(eval_on_startup=False).model_copy(deep=True)
+    cfg.buffer.total_steps = 2
+    explorer, _, _, weights = parts(cfg, FakeBuffer({"arith": rows, "eval_arith": rows[:1]}))
+    await explorer.run()
+    assert weights.left_after == [1, 2]  # right after step 2's sync (the fake taskset itself goes on)
+    unbounded, _, _, weights = parts(
+        make_cfg(eval_on_startup=False), FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
+    )
+    await unbounded.run()
+    assert (
+        weights.asked == [1, 2, 3, 4] and weights.left_after is None
+    )  # the end shows only at the empty read
+
+
 async def test_restart_resumes_at_next_batch(parts):
     cfg = make_cfg(eval_on_startup=False)
     rows = generate(ArithSpec(), 9, seed=2)
