@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.common.config.schema import TrinityConfig
 from services.common.errors import FailedPrecondition
@@ -23,6 +23,9 @@ from services.common.server import ServiceServer
 from services.common.version import __version__
 from trinity_grpc.explorer.v1 import explorer_pb2 as epb
 from trinity_grpc.explorer.v1 import explorer_pb2_grpc
+
+if TYPE_CHECKING:  # the explorer module imports torch: kept out of `--help`
+    from services.explorer.explorer import WeightSync
 
 log = get_logger("explorer.server")
 SERVICE_NAME = "trinity_grpc.explorer.v1.ExplorerService"
@@ -79,12 +82,16 @@ class NullWeightSync:
 
     def __init__(self, weights: Any) -> None:
         self.weights = weights
+        self.lock: asyncio.Lock = weights.lock  # bench mode's checkpoint loads take it, as evals do
 
     async def before_step(self, step: int) -> int | None:
         return None
 
     async def load_path(self, version: int, path: str) -> None:
         await self.weights.load_path(version, path)
+
+    async def leave(self) -> None:
+        """No weight groups to leave."""
 
 
 def build_parts(cfg: TrinityConfig) -> dict[str, Any]:
@@ -103,7 +110,7 @@ def build_parts(cfg: TrinityConfig) -> dict[str, Any]:
     return {"tokenizer": tokenizer, "pool": pool, "runner": runner, "owned": owned}
 
 
-async def connect_weight_sync(cfg: TrinityConfig, pool: Any) -> tuple[Any, Any]:
+async def connect_weight_sync(cfg: TrinityConfig, pool: Any) -> tuple[WeightSync, Any]:
     """(weight sync, synchronizer client or None): the synchronizer only in mode both."""
     from services.explorer.weight_sync import EngineWeights, ServiceWeightSync
 
