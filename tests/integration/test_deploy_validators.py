@@ -22,7 +22,6 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd"
 COMPOSE = REPO / "deploy" / "compose"
 VENV_BIN = pathlib.Path(sys.executable).parent
-CHECK_JSONSCHEMA = VENV_BIN / "check-jsonschema"
 
 
 def systemd_analyze() -> str:
@@ -103,16 +102,15 @@ def test_systemd_verification_catches_a_broken_unit(tmp_path, old, new, expect) 
     assert expect in result.stdout + result.stderr
 
 
+def venv_tool(name: str, *args: str | pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a validator the dev extra installs into this venv (check-jsonschema, kubernetes-validate)."""
+    tool = VENV_BIN / name
+    assert tool.exists(), f"{tool} missing: pip install {name} (the dev extra)"
+    return subprocess.run([str(tool), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
 def check_compose(*files: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    assert CHECK_JSONSCHEMA.exists(), (
-        f"{CHECK_JSONSCHEMA} missing: pip install check-jsonschema (the dev extra)"
-    )
-    return subprocess.run(
-        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", *map(str, files)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return venv_tool("check-jsonschema", "--builtin-schema", "vendor.compose-spec", *files)
 
 
 def test_compose_files_pass_the_compose_specification_schema() -> None:
@@ -129,20 +127,11 @@ def test_compose_schema_check_catches_a_broken_file(tmp_path) -> None:
 
 
 K8S = REPO / "deploy" / "k8s"
-KUBERNETES_VALIDATE = VENV_BIN / "kubernetes-validate"
 
 
 def kubernetes_validate(*files: pathlib.Path) -> subprocess.CompletedProcess[str]:
     """kubernetes-validate (upstream Kubernetes OpenAPI schemas, bundled: works offline), strict mode."""
-    assert KUBERNETES_VALIDATE.exists(), (
-        f"{KUBERNETES_VALIDATE} missing: pip install kubernetes-validate (the dev extra)"
-    )
-    return subprocess.run(
-        [str(KUBERNETES_VALIDATE), "--strict", "--no-warn", *map(str, files)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return venv_tool("kubernetes-validate", "--strict", "--no-warn", *files)
 
 
 def test_k8s_manifests_pass_kubernetes_validate_strict() -> None:
