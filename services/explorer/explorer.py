@@ -19,7 +19,7 @@ import asyncio
 import json
 import os
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -33,25 +33,11 @@ from services.explorer.eval import Evaluator
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.rewards import REWARD_FUNCTIONS
 from services.explorer.runner import UnitResult, WorkflowRunner
+from services.explorer.weight_sync import WeightSync
 from services.explorer.workflows import WORKFLOWS, Task
 
 log = get_logger("explorer")
 WRITE_CHUNK = 256
-
-
-class WeightSync(Protocol):
-    """services.explorer.weight_sync.ServiceWeightSync, or a fake in unit tests."""
-
-    async def before_step(self, step: int) -> int | None:
-        """Ask the synchronizer before `step`; load what it names; return that version (None: keep)."""
-
-    async def load_path(self, version: int, path: str) -> None:
-        """Load a checkpoint directory into every engine (bench mode)."""
-
-    async def leave(self) -> None:
-        """After the last step's sync: be named in no later weight group."""
-
-    lock: asyncio.Lock  # held while weights change (evaluations take it too)
 
 
 class TaskResolver:

@@ -25,7 +25,7 @@ from trinity_grpc.explorer.v1 import explorer_pb2 as epb
 from trinity_grpc.explorer.v1 import explorer_pb2_grpc
 
 if TYPE_CHECKING:  # the explorer module imports torch: kept out of `--help`
-    from services.explorer.explorer import WeightSync
+    from services.explorer.weight_sync import WeightSync
 
 log = get_logger("explorer.server")
 SERVICE_NAME = "trinity_grpc.explorer.v1.ExplorerService"

@@ -8,12 +8,27 @@ into fresh tensors; every engine then copies them in under its lock, converting 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from services.common.logging import get_logger
 from services.explorer.engines.base import EnginePool
 
 log = get_logger("explorer.weights")
+
+
+class WeightSync(Protocol):
+    """What the explorer needs of its weights: ServiceWeightSync, server.NullWeightSync, or a unit test's fake."""
+
+    async def before_step(self, step: int) -> int | None:
+        """Ask the synchronizer before `step`; load what it names; return that version (None: keep)."""
+
+    async def load_path(self, version: int, path: str) -> None:
+        """Load a checkpoint directory into every engine (bench mode)."""
+
+    async def leave(self) -> None:
+        """After the last step's sync: be named in no later weight group."""
+
+    lock: asyncio.Lock  # held while weights change (evaluations take it too)
 
 
 class EngineWeights:
