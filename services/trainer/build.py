@@ -59,6 +59,8 @@ def build_engine(cfg: TrinityConfig, *, device: str | None = None, dist: Any = N
     device = str(dist.device) if dist is not None else device or pick_device()
     if cfg.trainer.trainer_type == "verl":
         log.info("trainer_type verl: training with this project's torch trainer (the only backend here)")
+    if cfg.trainer.enable_preview:
+        log.info("enable_preview: there is no preview UI here; the rollouts' metrics are in TensorBoard")
     hf_logging.disable_progress_bar()  # checkpoint saves would print tqdm bars into the JSON logs
     algorithm = build_algorithm(cfg.algorithm)
     settings = EngineSettings.from_config(cfg)

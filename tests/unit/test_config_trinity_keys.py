@@ -36,6 +36,26 @@ def test_ulysses_above_one_is_rejected_with_what_to_use() -> None:
         validate_config({"trainer": {"ulysses_sequence_parallel_size": 2}})
 
 
+def test_prompt_truncation_true_is_what_happens_and_false_is_refused() -> None:
+    assert validate_config({"model": {"enable_prompt_truncation": True}}).model.enable_prompt_truncation
+    with pytest.raises(
+        ConfigError, match="enable_prompt_truncation: false is not supported.*raise max_prompt_tokens"
+    ):
+        validate_config({"model": {"enable_prompt_truncation": False, "max_prompt_tokens": 64}})
+
+
+def test_enable_preview_is_a_notice_at_trainer_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from services.trainer.build import build_engine
+
+    base = {"model": {"model_path": "builtin:tiny-arith"}, "checkpoint_root_dir": str(tmp_path)}
+    build_engine(validate_config(base))
+    assert "no preview UI here" not in "".join(capsys.readouterr())
+    build_engine(validate_config({**base, "trainer": {"enable_preview": True}}))
+    assert "no preview UI here" in "".join(capsys.readouterr())
+
+
 def test_dynamic_bsz_sets_the_token_budget() -> None:
     cfg = validate_config({"trainer": {"use_dynamic_bsz": True, "max_token_len_per_gpu": 64}})
     assert EngineSettings.from_config(cfg).tokens_per_micro_batch == 64

@@ -42,8 +42,19 @@ class ModelConfig(Section):
     """Passed to the chat template as `enable_thinking` when the explorer renders chat prompts (Qwen3's
     thinking switch); None: the template's default."""
 
+    enable_prompt_truncation: bool = True
+    """Prompts longer than max_prompt_tokens are truncated from the left (Trinity's default, the only
+    behaviour here); false is refused: an untruncated prompt would not fit the trainer's sequences
+    (raise max_prompt_tokens instead)."""
+
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:
+        if not self.enable_prompt_truncation:
+            raise ValueError(
+                "model.enable_prompt_truncation: false is not supported: prompts are always truncated from the "
+                f"left to model.max_prompt_tokens ({self.max_prompt_tokens}) here; raise max_prompt_tokens "
+                "to keep longer prompts whole, and remove the key"
+            )
         if self.min_response_tokens >= self.max_response_tokens:
             raise ValueError(
                 f"min_response_tokens ({self.min_response_tokens}) must be < max_response_tokens "

@@ -17,6 +17,9 @@ class TrainerConfig(Section):
     """Training backend: this project ships one, a plain torch loop; `verl` (Trinity's default) runs
     that loop too, and the trainer says so in one line at start-up (veRL-only knobs have their own
     keys below or are rejected)."""
+    enable_preview: bool = False
+    """Trinity's rollout preview in its web UI. There is no UI here (TensorBoard and summary.json show the
+    rollouts' metrics): true is accepted and the trainer says so in one line at start-up."""
     save_interval: int = Field(100, ge=1)
     """Full checkpoint (model, optimizer, step, data cursor) every this many steps."""
     total_steps: int | None = Field(None, ge=1)

@@ -49,7 +49,8 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     ),
     "trainer.trainer_config_path": KeyMeaning("not yet", "a veRL config file; see trainer.trainer_config"),
     "trainer.enable_preview": KeyMeaning(
-        "not yet", "Trinity's rollout preview in the web UI; there is no UI here"
+        "mapped",
+        "Trinity's rollout preview in its web UI: no UI here; true gets a one-line notice at start-up",
     ),
     # algorithm
     "algorithm.optimizer.lr_scheduler_type": KeyMeaning(
@@ -75,7 +76,8 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "mapped", "passed to the chat template of the explorer's chat prompts (also per auxiliary model)"
     ),
     "model.enable_prompt_truncation": KeyMeaning(
-        "not yet", "prompts longer than model.max_prompt_tokens are always truncated from the left here"
+        "rejected",
+        "true accepted (prompts are always truncated from the left to max_prompt_tokens here); false rejected: raise max_prompt_tokens",
     ),
     "model.lora_configs": KeyMeaning("not yet", "LoRA training (planned through peft)"),
     "model.external_model": KeyMeaning("not yet", "an OpenAI-compatible remote model as the rollout engine"),
