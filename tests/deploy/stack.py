@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+import yaml
 
 from services.common.procs import free_port
 
@@ -21,6 +22,17 @@ HOST_PORT_VARS = {
     "synchronizer": "TRINITY_SYNCHRONIZER_HOST_PORT",
     "trainer": "TRINITY_TRAINER_HOST_PORT",
 }
+
+
+def write_long_run(config_from: pathlib.Path, config_to: pathlib.Path, tasks_to: pathlib.Path) -> None:
+    """A layout's example config made to run for hundreds of steps (64 tasks, 200 epochs, a checkpoint
+    every 5 steps), so that the run outlasts the tests, and its 64 tasks."""
+    config = yaml.safe_load(config_from.read_text())
+    config["buffer"]["total_epochs"] = 200
+    config["trainer"] = {**config.get("trainer", {}), "save_interval": 5}
+    config_to.write_text(yaml.safe_dump(config, sort_keys=False))
+    tasks = [{"prompt": f"{a}+{b}=", "response": str(a + b)} for a in range(8) for b in range(8)]
+    tasks_to.write_text("".join(json.dumps(t) + "\n" for t in tasks))
 
 
 def run(

@@ -20,25 +20,19 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.deploy.stack import REPO, Stack, run, wait_until
+from tests.deploy.stack import REPO, Stack, run, wait_until, write_long_run
 from trinity_grpc.buffer.v1 import buffer_pb2, buffer_pb2_grpc
 from trinity_grpc.common.v1 import common_pb2
 from trinity_grpc.synchronizer.v1 import synchronizer_pb2, synchronizer_pb2_grpc
 
 SERVICES = ("buffer", "synchronizer", "trainer", "explorer")
-SAVE_INTERVAL = 5
 
 
 def write_run_files(root: pathlib.Path) -> pathlib.Path:
     """The compose config with a run long enough to outlast the tests, its tasks, and the override."""
     data = root / "data"
     data.mkdir(mode=0o755)
-    tasks = [{"prompt": f"{a}+{b}=", "response": str(a + b)} for a in range(8) for b in range(8)]
-    (data / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    config = yaml.safe_load((REPO / "deploy" / "compose" / "config.yaml").read_text())
-    config["buffer"]["total_epochs"] = 200
-    config["trainer"] = {**config.get("trainer", {}), "save_interval": SAVE_INTERVAL}
-    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    write_long_run(REPO / "deploy" / "compose" / "config.yaml", root / "config.yaml", data / "tasks.jsonl")
     os.chmod(root / "config.yaml", 0o644)
     config_mount = f"{root / 'config.yaml'}:/etc/trinity-grpc/config.yaml:ro"
     override = {

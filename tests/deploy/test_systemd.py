@@ -19,9 +19,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
-from tests.deploy.stack import REPO, run, wait_until
+from tests.deploy.stack import REPO, run, wait_until, write_long_run
 
 UNITS = [f"trinity-grpc@{name}" for name in ("buffer", "synchronizer", "trainer", "explorer")]
 PORTS = {"buffer": 50051, "synchronizer": 50052, "trainer": 50053, "explorer": 50054}
@@ -57,12 +56,7 @@ def long_run_files(root: pathlib.Path) -> pathlib.Path:
     deploy = root / "deploy"
     shutil.copytree(REPO / "deploy", deploy, ignore=shutil.ignore_patterns("wheelhouse"))
     config_path = deploy / "systemd" / "config.yaml"
-    config = yaml.safe_load(config_path.read_text())
-    config["buffer"]["total_epochs"] = 200
-    config["trainer"] = {**config.get("trainer", {}), "save_interval": 5}
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    tasks = [{"prompt": f"{a}+{b}=", "response": str(a + b)} for a in range(8) for b in range(8)]
-    (deploy / "compose" / "data" / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    write_long_run(config_path, config_path, deploy / "compose" / "data" / "tasks.jsonl")
     return deploy
 
 
