@@ -91,7 +91,10 @@ def build_pool(cfg: TrinityConfig, tokenizer: Any) -> EnginePool:
     return EnginePool(
         [
             BatchingEngine(
-                build_engine(cfg, tokenizer, i), max_batch_size=rm.max_batch_size, name=f"engine-{i}"
+                build_engine(cfg, tokenizer, i),
+                max_batch_size=rm.max_batch_size,
+                name=f"engine-{i}",
+                log_requests=rm.enable_log_requests,
             )
             for i in range(rm.engine_num)
         ]
@@ -141,6 +144,7 @@ def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
         engine = BatchingEngine(
             build_engine(cfg, tokenizer, 1000 + i, model_path=aux.model_path, rollout=rollout),
             name=f"aux-{i}",
+            log_requests=rollout.enable_log_requests,
         )
         thinking = aux.enable_thinking if aux.enable_thinking is not None else cfg.model.enable_thinking
         wrapper = ModelWrapper(

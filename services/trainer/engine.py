@@ -79,9 +79,8 @@ class TrainEngine:
         self._trainables = nn.ModuleDict(
             {"policy": self.model, **({"critic": self.critic} if self.critic is not None else {})}
         )
-        params = [p for p in self.trainable_modules_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            params,
+            self._param_groups(settings),
             lr=settings.lr,
             betas=settings.betas,
             weight_decay=settings.weight_decay,
@@ -90,6 +89,15 @@ class TrainEngine:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, settings))
         self.step = 0
         self._logits_to_keep = accepts_logits_to_keep(model)
+
+    def _param_groups(self, settings: EngineSettings) -> list[dict[str, Any]]:
+        """One group at settings.lr; the critic gets a group of its own only at a different critic_lr
+        (so the optimizer state of a one-lr run keeps its layout)."""
+        policy = [p for p in self.model.parameters() if p.requires_grad]
+        critic = [p for p in self.critic.parameters() if p.requires_grad] if self.critic is not None else []
+        if critic and settings.critic_lr is not None and settings.critic_lr != settings.lr:
+            return [{"params": policy}, {"params": critic, "lr": settings.critic_lr}]
+        return [{"params": policy + critic}]
 
     def trainable_modules_parameters(self) -> Iterator[nn.Parameter]:
         yield from self.model.parameters()

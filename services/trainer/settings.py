@@ -19,6 +19,7 @@ class EngineSettings:
     tokens_per_micro_batch: int | None = None  # trainer.use_dynamic_bsz: micro-batches by token budget
     ppo_epochs: int = 1
     lr: float = 1e-6
+    critic_lr: float | None = None  # the critic's lr when it differs (veRL's critic.optim.lr)
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.01
     grad_clip: float = 1.0
@@ -55,6 +56,7 @@ class EngineSettings:
             tokens_per_micro_batch=cfg.trainer.tokens_per_micro_batch,
             ppo_epochs=cfg.trainer.ppo_epochs,
             lr=opt.lr,
+            critic_lr=cfg.trainer.effective_critic_lr,
             betas=opt.betas,
             weight_decay=opt.weight_decay,
             grad_clip=cfg.grad_clip,

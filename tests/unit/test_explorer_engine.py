@@ -131,3 +131,28 @@ def test_generation_stops_at_the_models_last_position():
     with pytest.raises(InvalidArgument) as info:
         engine.generate_batch([[5] * 256], SamplingParams(max_tokens=4))
     assert info.value.field == "model.max_prompt_tokens"
+
+
+def test_log_requests_writes_one_line_per_generation_batch():
+    # explorer.rollout_model.enable_log_requests: off by default; on, each batch the engine runs is
+    # one INFO line with its sizes and sampling settings.
+    from structlog.testing import capture_logs
+
+    for enabled in (False, True):
+        gated = GatedEngine()
+        gated.entered.set()  # no gate: every call runs at once
+        engine = BatchingEngine(gated, name="engine-7", log_requests=enabled)
+        try:
+            with capture_logs() as logs:
+                engine.generate([[1, 2, 3], [4]], SamplingParams(n=2, temperature=0.5, max_tokens=9))
+        finally:
+            engine.close()
+        lines = [line for line in logs if line["event"] == "engine_requests"]
+        if not enabled:
+            assert lines == []
+            continue
+        assert len(lines) == 1
+        line = lines[0]
+        assert line["engine"] == "engine-7" and line["requests"] == 1 and line["sequences"] == 4
+        assert line["prompt_tokens"] == 3 + 3 + 1 + 1 and line["generated_tokens"] == 4
+        assert line["temperature"] == 0.5 and line["max_tokens"] == 9 and line["log_level"] == "info"

@@ -91,3 +91,42 @@ def test_every_option_changed_still_trains(tmp_path: pathlib.Path) -> None:
     # warm-up 1 step (int(0.5 * 3)), then cosine from 1e-3 towards 1e-4 over the 2 remaining steps
     assert lrs == pytest.approx([1e-3, 1e-3, 1e-4 + 9e-4 * 0.5 * (1 + math.cos(math.pi / 2))])
     assert engine.optimizer.state[next(iter(engine.model.parameters()))]["step"].item() == 6  # 2 epochs x 3
+
+
+@pytest.mark.parametrize("spelling", ["ours", "verl"])
+def test_the_critic_trains_at_its_own_lr(spelling: str, tmp_path: pathlib.Path) -> None:
+    # Adam's first step moves every parameter with a nonzero gradient by about lr (the update is
+    # lr * m / sqrt(v) = lr * sign(g)), so the largest move of each model shows its learning rate.
+    trainer = (
+        {"critic_lr": 1e-2} if spelling == "ours" else {"trainer_config": {"critic": {"optim": {"lr": 1e-2}}}}
+    )
+    cfg = TrinityConfig.model_validate(
+        {
+            "checkpoint_root_dir": str(tmp_path),
+            "algorithm": {"algorithm_type": "ppo", "optimizer": {"lr": 1e-4, "weight_decay": 0.0}},
+            "trainer": trainer,
+        }
+    )
+    engine = build_engine(cfg, device="cpu").engine
+    assert engine.critic is not None
+    assert [g["lr"] for g in engine.optimizer.param_groups] == [1e-4, 1e-2]
+    policy = [p.detach().clone() for p in engine.model.parameters()]
+    critic = [p.detach().clone() for p in engine.critic.parameters()]
+    rows, _ = _rows("ppo")
+    engine.train_step(build_batch(rows, pad_token_id=0))
+
+    def largest_move(before: list[torch.Tensor], module: torch.nn.Module) -> float:
+        return max(
+            float((a - b.detach()).abs().max()) for a, b in zip(before, module.parameters(), strict=True)
+        )
+
+    assert largest_move(policy, engine.model) == pytest.approx(1e-4, rel=0.05)
+    assert largest_move(critic, engine.critic) == pytest.approx(1e-2, rel=0.05)
+
+
+def test_one_lr_keeps_one_param_group(tmp_path: pathlib.Path) -> None:
+    cfg = TrinityConfig.model_validate(
+        {"checkpoint_root_dir": str(tmp_path), "algorithm": {"algorithm_type": "ppo"}}
+    )
+    engine = build_engine(cfg, device="cpu").engine
+    assert len(engine.optimizer.param_groups) == 1  # checkpoints of earlier runs keep their layout

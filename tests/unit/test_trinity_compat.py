@@ -25,7 +25,7 @@ CONFIGS = sorted(p for p in EXAMPLES.rglob("*.yaml"))
 DATA_JUICER_RECIPE = "grpo_gsm8k_experience_pipeline/dj_scoring_exp.yaml"
 # Configs that load with every key understood (their problems, if any, are missing parts or files).
 # A ratchet: raise it when a change makes more of them load; it must never drop.
-MIN_KEYS_UNDERSTOOD = 42
+MIN_KEYS_UNDERSTOOD = 50
 # Parts the examples name that this project now has (18 taskset lookups missed them before): they
 # must not come back as missing.
 NOW_REGISTERED = {

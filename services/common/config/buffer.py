@@ -34,6 +34,21 @@ class FormatConfig(Section):
     """Chat template overriding model.custom_chat_template."""
     reply_prefix: str | None = None
     """Text appended after the prompt (e.g. a plaintext model's answer cue)."""
+    image_key: str | None = None
+    """Column of images (Trinity's multi-modal rows): refused when set, the engines and trainer here
+    are text-only."""
+    video_key: str | None = None
+    """Column of videos: refused when set, as image_key."""
+
+    @model_validator(mode="after")
+    def _text_only(self) -> FormatConfig:
+        for key in ("image_key", "video_key"):
+            if getattr(self, key) is not None:
+                raise ValueError(
+                    f"format.{key} {getattr(self, key)!r}: multi-modal rows are not supported here (the "
+                    "engines, workflows and trainer take text only); use a text taskset and remove the key"
+                )
+        return self
 
 
 class TaskSelectorConfig(Section):

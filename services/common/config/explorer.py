@@ -50,6 +50,10 @@ class RolloutModelConfig(Section):
     reasoning_parser: Literal["deepseek_r1"] | None = None
     """The OpenAI API splits `<think>...</think>` off as reasoning_content (DeepSeek-R1, Qwen3)."""
 
+    enable_log_requests: bool = False
+    """Log every generation batch at INFO (engine, requests, sequences, prompt and generated tokens,
+    sampling settings, seconds): vLLM's request logging, for every engine type."""
+
     use_v1: bool = True
     """vLLM's V1 engine (Trinity's switch): current vLLM has no other, so false is refused."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from services.common.config.base import Section
@@ -47,8 +49,18 @@ class ModelConfig(Section):
     behaviour here); false is refused: an untruncated prompt would not fit the trainer's sequences
     (raise max_prompt_tokens instead)."""
 
+    tinker: dict[str, Any] = Field(default_factory=dict)
+    """Trinity's Tinker backend (training on a remote Tinker service): `enable: true` is refused,
+    the trainer here trains the model locally; `enable: false` (or no key) is this project's way."""
+
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:
+        if self.tinker.get("enable", False):
+            raise ValueError(
+                "model.tinker.enable: true is not supported: Tinker is a remote training service and this "
+                "project trains the model locally with torch; remove model.tinker (its LoRA settings: "
+                "see model.lora_configs)"
+            )
         if not self.enable_prompt_truncation:
             raise ValueError(
                 "model.enable_prompt_truncation: false is not supported: prompts are always truncated from the "

@@ -90,3 +90,20 @@ class DataProcessorConfig(Section):
                 "prepare the task file beforehand (e.g. with Data-Juicer) and remove task_pipeline"
             )
         return self
+
+
+class ServiceConfig(Section):
+    """Trinity's `service:` section: helper services Trinity starts beside a run."""
+
+    data_juicer: dict[str, Any] | None = None
+    """Trinity's Data-Juicer service (for data_juicer operators): refused when given, Data-Juicer is
+    not integrated here (prepare data beforehand; experience operators run in the explorer)."""
+
+    @model_validator(mode="after")
+    def _no_data_juicer(self) -> ServiceConfig:
+        if self.data_juicer is not None:
+            raise ValueError(
+                "service.data_juicer: the Data-Juicer service is not integrated in this project (no "
+                "data_juicer operators); prepare tasks with Data-Juicer beforehand and remove service"
+            )
+        return self

@@ -12,7 +12,13 @@ from services.common.config.base import Section
 from services.common.config.buffer import BufferConfig
 from services.common.config.explorer import ExplorerConfig
 from services.common.config.model import ModelConfig
-from services.common.config.monitor import ClusterConfig, DataProcessorConfig, LogConfig, MonitorConfig
+from services.common.config.monitor import (
+    ClusterConfig,
+    DataProcessorConfig,
+    LogConfig,
+    MonitorConfig,
+    ServiceConfig,
+)
 from services.common.config.services import ServicesConfig
 from services.common.config.synchronizer import SynchronizerConfig
 from services.common.config.trainer import TrainerConfig
@@ -75,6 +81,8 @@ class TrinityConfig(Section):
     """Logging."""
     data_processor: DataProcessorConfig = DataProcessorConfig()
     """Task and experience pipelines."""
+    service: ServiceConfig = ServiceConfig()
+    """Trinity's helper services (service.data_juicer is refused: not integrated here)."""
     stages: list[StageConfig] = Field(default_factory=list)
     """Stages run in order, each from the previous stage's final weights."""
     services: ServicesConfig = ServicesConfig()

@@ -42,6 +42,9 @@ class TrainerConfig(Section):
     grad_clip: float | None = Field(None, ge=0)
     """Trinity's key for the gradient-norm clip (algorithm.optimizer.grad_clip is the same setting;
     give one of them); 0 disables clipping."""
+    critic_lr: float | None = Field(None, gt=0)
+    """Learning rate of the critic (PPO's value model), with the policy's warmup and schedule;
+    None: algorithm.optimizer.lr (veRL's critic.optim.lr is the same setting)."""
     ppo_epochs: int = Field(1, ge=1)
     """Passes over each batch."""
     gradient_checkpointing: bool = False
@@ -106,6 +109,12 @@ class TrainerConfig(Section):
     def effective_gradient_checkpointing(self) -> bool:
         """gradient_checkpointing, or trainer_config's model.enable_gradient_checkpointing."""
         return bool(self._from_verl("gradient_checkpointing"))
+
+    @property
+    def effective_critic_lr(self) -> float | None:
+        """critic_lr, or trainer_config's critic.optim.lr."""
+        value = self._from_verl("critic_lr")
+        return None if value is None else float(value)
 
     @property
     def effective_checkpoints_to_keep(self) -> int:

@@ -70,7 +70,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     "buffer.*.data_selector.kwargs": KeyMeaning(
         "not yet", "the estimator's arguments; see data_selector.feature_keys"
     ),
-    "buffer.*.format.image_key": KeyMeaning("not yet", "multi-modal rows; the models here are text-only"),
+    "buffer.*.format.image_key": KeyMeaning(
+        "rejected",
+        "multi-modal rows: refused when set (engines, workflows and trainer are text-only); also video_key",
+    ),
     # model
     "model.enable_thinking": KeyMeaning(
         "mapped", "passed to the chat template of the explorer's chat prompts (also per auxiliary model)"
@@ -82,10 +85,9 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     "model.lora_configs": KeyMeaning("not yet", "LoRA training (planned through peft)"),
     "model.external_model": KeyMeaning("not yet", "an OpenAI-compatible remote model as the rollout engine"),
     "model.tinker": KeyMeaning(
-        "not yet", "Tinker is a remote training service; this project trains locally (remove model.tinker)"
+        "rejected", "enable: true refused: Tinker is a remote training service, this project trains locally"
     ),
     # explorer
-    "explorer.rollout_model.enable_log_requests": KeyMeaning("not yet", "vLLM request logging"),
     "explorer.rollout_model.use_v1": KeyMeaning(
         "rejected", "true accepted (current vLLM has only its V1 engine); false rejected with that reason"
     ),
@@ -118,9 +120,9 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     "data_processor.task_pipeline": KeyMeaning(
         "rejected", "task operators (Data-Juicer) are not implemented: rejected when operators are given"
     ),
-    "service": KeyMeaning(
-        "not yet",
-        "Trinity's Data-Juicer service (service.data_juicer); task operators are not implemented here",
+    "service.data_juicer": KeyMeaning(
+        "rejected",
+        "Trinity's Data-Juicer service: refused when given, Data-Juicer is not integrated here",
     ),
     "data_processor.experience_pipeline.save_input": KeyMeaning(
         "not yet", "saving the pipeline's input experiences to a file"

@@ -87,9 +87,7 @@ RULES: tuple[VerlRule, ...] = (
         "rollout correction is not implemented",
         (False,),
     ),
-    VerlRule(
-        "critic.optim.lr", "rejected", "the critic trains with algorithm.optimizer.lr here (one optimizer)"
-    ),
+    VerlRule("critic.optim.lr", "same", "trainer.critic_lr"),
     VerlRule(
         "*.strategy", "rejected", "Megatron is not supported: use trainer.strategy fsdp2", ("fsdp", "fsdp2")
     ),

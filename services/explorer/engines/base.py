@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 
 from services.common.errors import InvalidArgument, Unavailable
+from services.common.logging import get_logger
+
+log = get_logger("explorer.engine")
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,12 @@ class BatchingEngine:
         max_batch_size: int | None = None,
         name: str = "engine-0",
         gather_s: float = 0.002,
+        log_requests: bool = False,
     ) -> None:
         self.engine = engine
+        self.name = name
+        # explorer.rollout_model.enable_log_requests: one INFO line per generation batch
+        self.log_requests = log_requests
         self.max_batch_size = max_batch_size or engine.max_batch_size
         # After the first request of a batch arrives, wait this long (s) for the others that concurrent
         # workflows submit in the same instant, so they share one batch instead of trickling in.
@@ -217,10 +224,14 @@ class BatchingEngine:
                 with self._lock:
                     results = self.engine.generate_batch(chunk, params)
                 outputs.extend(r[0] for r in results)
-                self.stats.busy_s += time.perf_counter() - t0
+                seconds = time.perf_counter() - t0
+                generated = sum(int(r[0].response_ids.shape[0]) for r in results)
+                self.stats.busy_s += seconds
                 self.stats.batches += 1
                 self.stats.sequences += len(chunk)
-                self.stats.generated_tokens += sum(int(r[0].response_ids.shape[0]) for r in results)
+                self.stats.generated_tokens += generated
+                if self.log_requests:
+                    self._log_batch(len(requests), chunk, params, generated, seconds)
         except BaseException as exc:  # noqa: BLE001 - delivered to every waiting caller
             for request in requests:
                 request.future.set_exception(exc)
@@ -230,6 +241,23 @@ class BatchingEngine:
             per_request[r_idx][p_idx].append(output)
         for request, result in zip(requests, per_request, strict=True):
             request.future.set_result(result)
+
+    def _log_batch(
+        self, requests: int, chunk: list[list[int]], params: SamplingParams, generated: int, seconds: float
+    ) -> None:
+        log.info(
+            "engine_requests",
+            engine=self.name,
+            requests=requests,
+            sequences=len(chunk),
+            prompt_tokens=sum(len(p) for p in chunk),
+            generated_tokens=generated,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            max_tokens=params.max_tokens,
+            seconds=round(seconds, 3),
+        )
 
 
 class EnginePool:
