@@ -1,7 +1,8 @@
 """GRPO on SmolLM2-135M-Instruct (`make demo-llm`'s job): our services with vLLM rollouts vs a
-hand-written single-process loop, wall time per step.
+hand-written single-process loop and vs TRL's GRPOTrainer, wall time per step.
 
-    .venv-vllm/bin/python benchmarks/smollm2_grpo.py [--steps 6] [--quick]   (make bench-vllm runs it)
+    .venv-vllm/bin/python benchmarks/smollm2_grpo.py [--steps 6] [--quick] [--baselines loop,trl]
+    (make bench-vllm runs it)
 
 Both sides run the job of examples/smollm2_grpo/config.yaml from the same converted model: 8 chat
 arithmetic questions × 8 samples per step at temperature 0.7 and at most 64 new tokens, the shaped
@@ -9,13 +10,18 @@ boxed reward, GRPO advantages (flat groups exactly 0 and left out of the update)
 update per batch in micro-batches of 16 sorted by length, AdamW lr 1e-5 (betas 0.9/0.99, weight
 decay 0.01), grad clip 1.0, no KL, the weights used for sampling updated every step.
 - ours: `trinity run` of that config (engine vllm, checkpoint sync every step), evals removed;
-- baseline: one process, transformers' `generate` for sampling (what real-model.md's measured loop
-  did), the same model object updated in place, so its "sync" costs nothing.
+- loop: one process, transformers' `generate` for sampling (what real-model.md's measured loop
+  did), the same model object updated in place, so its "sync" costs nothing;
+- trl: TRL's GRPOTrainer (issue 21's SmolLM2 figure) with its default generation (transformers
+  `generate`), the same rendered prompts in the same order, 8 completions per prompt, the same
+  reward, lr, betas, weight decay, clip, token-mean ("dapo") loss without KL, micro-batches of 16
+  accumulated into one optimizer step per 64 completions; it trains every row (flat groups too).
+Each baseline is its own figure and JSON line (smollm2_grpo, smollm2_grpo_trl).
 Figure: steady-state seconds per step, (t_last − t_first) / (N − 1) over the step finish times (the
 trainer's progress.jsonl; the loop's own clock), so start-up is left out. Each process may use every
-core (the two sides run one after the other). Replies shorten as the model learns, so both sides
+core (the sides run one after the other). Replies shorten as the model learns, so both sides
 start from the same weights and run the same number of steps; the mean reward of each is reported
-beside the time. Last line: the JSON object of benchmarks/README.
+beside the time. Last lines: one JSON object of benchmarks/README per baseline.
 """
 
 from __future__ import annotations
@@ -39,6 +45,12 @@ from services.models.chat_arith import render_prompt, split_rows  # noqa: E402
 
 CONFIG = ROOT / "examples" / "smollm2_grpo" / "config.yaml"
 QUESTIONS, SAMPLES, MAX_TOKENS, MICRO = 8, 8, 64, 16
+LOOP_NAME = "a hand-written one-process GRPO loop (transformers generate + torch update)"
+TRL_NAME = "TRL GRPOTrainer, default generation (transformers generate), same prompts, group, lengths, lr"
+TRL_MISSING = (
+    "benchmarks/smollm2_grpo.py's trl baseline needs TRL (benchmark-only). Run `make bench-vllm`, which "
+    "installs it, or pass --baselines loop"
+)
 
 
 def say(message: str) -> None:
@@ -149,31 +161,18 @@ def ours(model_dir: str, steps: int, work: pathlib.Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--model", default=str(ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct"))
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--quick", action="store_true", help="3 steps a side")
-    args = parser.parse_args()
-    if args.quick:
-        args.steps = 3
-    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
-    with tempfile.TemporaryDirectory(prefix="smollm2-bench-") as tmp:
-        say(f"ours: trinity run, {args.steps} steps")
-        mine = ours(args.model, args.steps, pathlib.Path(tmp))
-    say(f"baseline: hand-written loop, {args.steps} steps")
-    base = hand_loop(args.model, args.steps)
+def figure(
+    name: str, mine: dict[str, Any], base: dict[str, Any], args: argparse.Namespace, **kw: Any
+) -> dict[str, Any]:
     ours_s, base_s = steady_step_time(mine["times"]), steady_step_time(base["times"])
-    result = {
-        "name": "smollm2_grpo",
+    return {
+        "name": name,
         "unit": "s/step",
         "ours": round(ours_s, 2),
         "baseline": round(base_s, 2),
-        "baseline_name": "a hand-written one-process GRPO loop (transformers generate + torch update)",
+        "baseline_name": kw["baseline_name"],
         "ratio": round(ours_s / base_s, 3),
-        "target_ratio": 1.0,
+        "target_ratio": kw["target"],
         "lower_is_better": True,
         "config": {
             "model": args.model,
@@ -182,10 +181,55 @@ def main() -> None:
             "reward_mean": {"ours": mine["rewards"], "baseline": base["rewards"]},
         },
     }
-    out = ROOT / "benchmarks" / "results" / "smollm2_grpo.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=str(ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct"))
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--quick", action="store_true", help="3 steps a side")
+    parser.add_argument(
+        "--baselines",
+        default="loop,trl",
+        help="comma-separated: loop (the hand-written loop), trl (TRL's GRPOTrainer); default both",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.steps = 3
+    baselines = [b for b in args.baselines.split(",") if b]
+    unknown = sorted(set(baselines) - {"loop", "trl"})
+    if unknown:
+        parser.error(f"--baselines: unknown {unknown} (known: loop, trl)")
+    if "trl" in baselines:
+        try:
+            import trl  # noqa: F401
+        except ImportError:
+            sys.exit(TRL_MISSING)
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 2))
+    with tempfile.TemporaryDirectory(prefix="smollm2-bench-") as tmp:
+        say(f"ours: trinity run, {args.steps} steps")
+        mine = ours(args.model, args.steps, pathlib.Path(tmp))
+    results = []
+    if "loop" in baselines:
+        say(f"baseline: hand-written loop, {args.steps} steps")
+        base = hand_loop(args.model, args.steps)
+        results.append(figure("smollm2_grpo", mine, base, args, baseline_name=LOOP_NAME, target=1.0))
+    if "trl" in baselines:
+        from benchmarks.lib.smollm2_trl import run_trl
+
+        say(f"baseline: TRL GRPOTrainer (transformers generate), {args.steps} steps")
+        base = run_trl(
+            args.model, args.steps, questions=QUESTIONS, samples=SAMPLES, max_tokens=MAX_TOKENS, micro=MICRO
+        )
+        results.append(figure("smollm2_grpo_trl", mine, base, args, baseline_name=TRL_NAME, target=0.7))
+    out_dir = ROOT / "benchmarks" / "results"
+    out_dir.mkdir(exist_ok=True)
+    for result in results:
+        (out_dir / f"{result['name']}.json").write_text(json.dumps(result, indent=2) + "\n")
+    for result in results:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

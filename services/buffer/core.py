@@ -158,6 +158,8 @@ class BufferCore:
                 seed=sel.seed,
                 target_pass_rate=sel.target_pass_rate,
                 temperature=sel.temperature,
+                feature_keys=list(sel.feature_keys),
+                bots=sel.kwargs,
             )
             taskset = TasksetBuffer(spec.name, db, rows, settings)
             await taskset.load()

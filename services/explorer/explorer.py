@@ -31,6 +31,7 @@ from services.common.logging import get_logger
 from services.common.monitor import peak_rss_mb
 from services.explorer.eval import Evaluator
 from services.explorer.pipeline import ExperiencePipeline
+from services.explorer.pipeline.input_log import PipelineInputLog
 from services.explorer.rewards import REWARD_FUNCTIONS
 from services.explorer.runner import UnitResult, WorkflowRunner
 from services.explorer.weight_sync import WeightSync
@@ -172,6 +173,13 @@ class Explorer:
         self.resolve = TaskResolver(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
+        self.input_log = (
+            PipelineInputLog(
+                dp.input_save_path or os.path.join(cfg.run_dir, "buffer", "pipeline_input.jsonl")
+            )
+            if dp is not None and dp.operators and dp.save_input
+            else None
+        )
         inputs = cfg.buffer.explorer_input
         self.taskset = inputs.taskset
         self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name
@@ -278,6 +286,8 @@ class Explorer:
                 exp.batch_id, exp.producer = step, self.name
                 exps.append(exp)
         metrics = rollout_metrics(results, exps, rollout_s)
+        if self.input_log is not None:
+            await asyncio.to_thread(self.input_log.append, step, exps)
         exps, pipeline_metrics = self.pipeline.process(exps)
         t_write = time.perf_counter()
         await self.write(step, exps)

@@ -238,3 +238,45 @@ async def test_two_engines_share_the_work_and_both_take_new_weights(parts, tmp_p
             state["transformer.h.0.attn.c_attn.weight"],
         )
     assert len(buffer.written["experience_buffer"]) == 2 * 3 * 4
+
+
+async def test_save_input_keeps_what_the_pipeline_filtered_out(parts, tmp_path):
+    # reward_filter at 0.5 drops the wrong answers before the write; save_input (Trinity's default
+    # true) keeps every experience as it was before the operators, one JSON line each.
+    import json
+
+    rows = generate(ArithSpec(), 6, seed=2)
+    cfg = make_cfg(eval_on_startup=False).model_copy(deep=True)
+    cfg.checkpoint_root_dir = str(tmp_path)
+    cfg.data_processor = type(cfg.data_processor).model_validate(
+        {"experience_pipeline": {"operators": [{"name": "reward_filter", "args": {"threshold": 0.5}}]}}
+    )
+    buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
+    explorer, _, _, _ = parts(cfg, buffer)
+    await explorer.run()
+    saved = tmp_path / "trinity-grpc" / "default" / "buffer" / "pipeline_input.jsonl"
+    lines = [json.loads(line) for line in saved.read_text().splitlines()]
+    written = buffer.written.get("experience_buffer", [])
+    assert len(lines) == 2 * 3 * 4  # every rollout, before the filter
+    assert sorted(line["step"] for line in lines) == [1] * 12 + [2] * 12
+    assert len(written) == sum(line["reward"] >= 0.5 for line in lines) < len(lines)
+    by_group = {(e.group_id, e.run_id): e for e in written}
+    for line in lines:
+        assert len(line["tokens"]) == line["prompt_length"] + line["response_length"]
+        assert len(line["logprobs"]) == line["response_length"]
+        if (line["group_id"], line["run_id"]) in by_group:
+            assert line["tokens"] == by_group[line["group_id"], line["run_id"]].tokens.tolist()
+
+
+async def test_save_input_false_or_no_operators_writes_no_file(parts, tmp_path):
+    rows = generate(ArithSpec(), 3, seed=2)
+    for pipeline in (
+        {"operators": [{"name": "reward_filter"}], "save_input": False},
+        {"operators": []},
+    ):
+        cfg = make_cfg(eval_on_startup=False).model_copy(deep=True)
+        cfg.checkpoint_root_dir = str(tmp_path)
+        cfg.data_processor = type(cfg.data_processor).model_validate({"experience_pipeline": pipeline})
+        explorer, _, _, _ = parts(cfg, FakeBuffer({"arith": rows, "eval_arith": rows[:1]}))
+        await explorer.run()
+        assert not list(tmp_path.rglob("pipeline_input.jsonl"))

@@ -112,3 +112,22 @@ def test_pipeline_from_config_in_order_with_user_operator_by_dotted_path():
     assert info.value.field == "data_processor.experience_pipeline.operators[0].args"
     with pytest.raises(InvalidArgument, match="unknown experience operator 'nope'"):
         ExperiencePipeline.from_config([OperatorConfig(name="nope")])
+
+
+def test_pass_rate_calculator_measures_and_keeps_every_experience():
+    # tasks: a 2 of 4 solved (0.5), b 0 of 2 (0.0), c 2 of 2 via the accuracy metric (1.0, its
+    # rewards are 0.1: accuracy wins over reward > 0), d 1 of 2 where accuracy -1 counts as 0 (0.5).
+    rows = [exp("a", r) for r in (1.0, 0.0, 1.0, 0.0)] + [exp("b", 0.0), exp("b", 0.0)]
+    rows += [exp("c", 0.1, accuracy=1.0), exp("c", 0.1, accuracy=1.0)]
+    rows += [exp("d", 1.0, accuracy=1.0), exp("d", -1.0, accuracy=-1.0)]
+    for row in rows:
+        row.task_id = row.group_id
+    kept, metrics = EXPERIENCE_OPERATORS.get("pass_rate_calculator")().process(rows)
+    assert kept == rows
+    assert metrics == {
+        "tasks": 4.0,
+        "pass_rate_mean": pytest.approx((0.5 + 0.0 + 1.0 + 0.5) / 4),
+        "valid_ratio": 0.5,  # a and d
+        "all_pass_ratio": 0.25,  # c
+        "all_fail_ratio": 0.25,  # b
+    }

@@ -12,7 +12,11 @@ Selectors (Trinity's `task_selector.selector_type`):
 - random: sampling with replacement, seeded with seed + batch_index;
 - difficulty_based: sampling without replacement with weight exp(-|pass_rate - target| / temperature)
   from the pass rates reported by ReportTaskFeedback; tasks without feedback count as being at
-  the target, so unseen tasks are explored first.
+  the target, so unseen tasks are explored first;
+- difficulty_based with feature_keys: Trinity's BOTS estimator (bots.py), fed by the same
+  reports, choosing from the whole taskset each batch with seed + tasks read by the reader. Its
+  state is stored with the feedback in one transaction, so a restarted buffer keeps it (Trinity
+  keeps only its read position and starts the estimator over).
 """
 
 from __future__ import annotations
@@ -28,13 +32,17 @@ from sqlalchemy import select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from services.buffer.kinds import bots
 from services.buffer.storage import schema as s
 from services.buffer.storage.engine import Database
 from services.buffer.types import TaskBatch
+from services.common.config.buffer import BotsConfig
 from services.common.errors import InvalidArgument
 from services.common.experience import Task
+from services.common.logging import get_logger
 
 PREVIOUS = "#previous"  # cursors-table key suffix of a reader's cursor before its last batch
+log = get_logger("buffer")
 
 
 @dataclass
@@ -62,6 +70,8 @@ class TasksetSettings:
     seed: int = 42
     target_pass_rate: float = 0.5
     temperature: float = 1.0
+    feature_keys: list[str] = field(default_factory=list)  # non-empty: BOTS (difficulty_based only)
+    bots: BotsConfig = field(default_factory=BotsConfig)
 
 
 class TasksetBuffer:
@@ -81,25 +91,40 @@ class TasksetBuffer:
         self.cursors: dict[str, Cursor] = {}
         self.previous: dict[str, Cursor] = {}  # each reader's cursor before its last batch (repeat_last)
         self.pass_rates: dict[int, float] = {}
-        self._lock = asyncio.Lock()  # one batch at a time, so two calls never get the same batch
+        # one batch (or feedback report) at a time: two calls never get the same batch, and two
+        # reports never update the BOTS state from the same starting point
+        self._lock = asyncio.Lock()
+        self.features: np.ndarray | None = None  # [n, 2] prior pass rates (BOTS only)
+        self.digest = ""  # of the task ids and features (BOTS only)
+        self.bots_state = bots.initial_state(len(rows))
+        if settings.feature_keys:
+            self.features = bots.read_features(rows, settings.feature_keys, self.task_ids)
+            self.digest = bots.data_digest(self.task_ids, self.features)
 
     async def load(self) -> None:
-        async def q(conn: AsyncConnection) -> tuple[dict[str, Cursor], dict[str, float]]:
+        async def q(conn: AsyncConnection) -> tuple[dict[str, Cursor], dict[str, float], Any]:
             cur = {
                 r.reader_id: Cursor(r.epoch, r.offset, r.batch_index, r.tasks_read)
                 for r in (await conn.execute(select(s.cursors))).all()
             }
             fb = {r.task_id: r.pass_rate for r in (await conn.execute(select(s.feedback))).all()}
-            return cur, fb
+            return cur, fb, (await conn.execute(select(s.bots_state))).first()
 
-        cursors, fb = await self.db.read(q)
+        cursors, fb, stored = await self.db.read(q)
         self.cursors = {k: c for k, c in cursors.items() if not k.endswith(PREVIOUS)}
         self.previous = {k.removesuffix(PREVIOUS): c for k, c in cursors.items() if k.endswith(PREVIOUS)}
         self.pass_rates = {self.index_of[t]: rate for t, rate in fb.items() if t in self.index_of}
+        if self.features is not None and stored is not None:
+            state = bots.unpack(stored, len(self.rows)) if stored.data_digest == self.digest else None
+            if state is None:
+                log.warning("bots_state_reset", taskset=self.name, reason="taskset rows or features changed")
+            else:
+                self.bots_state = state
 
     # ---- order ---------------------------------------------------------------------------
-    def _indices(self, epoch: int, offset: int, size: int, batch_index: int) -> list[int]:
-        n, kind = len(self.rows), self.cfg.selector
+    def _indices(self, cur: Cursor, size: int) -> list[int]:
+        """Row indices of the batch that starts at `cur` (epoch and offset already rolled over)."""
+        n, kind, epoch, offset = len(self.rows), self.cfg.selector, cur.epoch, cur.offset
         if kind == "sequential":
             return list(range(offset, min(offset + size, n)))
         if kind == "shuffle":
@@ -108,7 +133,9 @@ class TasksetBuffer:
                 for i in np.random.default_rng(self.cfg.seed + epoch).permutation(n)[offset : offset + size]
             ]
         size = min(size, n - offset)
-        rng = np.random.default_rng(self.cfg.seed + batch_index)
+        if self.features is not None:
+            return bots.select(self.bots_state, self.cfg.bots, size, self.cfg.seed + cur.tasks_read)
+        rng = np.random.default_rng(self.cfg.seed + cur.batch_index)
         if kind == "random":
             return [int(i) for i in rng.integers(0, n, size)]
         target, temp = self.cfg.target_pass_rate, self.cfg.temperature
@@ -125,7 +152,7 @@ class TasksetBuffer:
             nxt.epoch, nxt.offset = nxt.epoch + 1, 0
         if self.cfg.total_steps is None and nxt.epoch >= self.cfg.total_epochs:
             return None
-        indices = self._indices(nxt.epoch, nxt.offset, size, nxt.batch_index)
+        indices = self._indices(nxt, size)
         nxt.offset += len(indices)
         nxt.batch_index += 1
         nxt.tasks_read += len(indices)
@@ -200,6 +227,15 @@ class TasksetBuffer:
                     f"pass_rate must be in [0, 1], got {rate}", field=f"feedback[{k}].pass_rate"
                 )
 
+        async with self._lock:
+            await self._store_feedback(feedback)
+
+    async def _store_feedback(self, feedback: list[tuple[str, float]]) -> None:
+        state = self.bots_state
+        if self.features is not None:
+            indices = [self.index_of[task_id] for task_id, _ in feedback]
+            state = bots.update(state, self.features, self.cfg.bots, indices, [r for _, r in feedback])
+
         async def op(conn: AsyncConnection) -> None:
             for task_id, rate in feedback:
                 stmt = sqlite_insert(s.feedback).values(task_id=task_id, pass_rate=rate, reports=1)
@@ -209,10 +245,15 @@ class TasksetBuffer:
                         set_={"pass_rate": rate, "reports": s.feedback.c.reports + 1},
                     )
                 )
+            if self.features is not None:
+                values = dict(data_digest=self.digest, **bots.pack(state))
+                stmt = sqlite_insert(s.bots_state).values(id=1, **values)
+                await conn.execute(stmt.on_conflict_do_update(index_elements=["id"], set_=values))
 
         def after(_: None) -> None:
             for task_id, rate in feedback:
                 self.pass_rates[self.index_of[task_id]] = rate
+            self.bots_state = state
 
         await self.db.write(op, after)
 

@@ -120,3 +120,20 @@ feedback = Table(
     Column("pass_rate", Float, nullable=False),
     Column("reports", Integer, nullable=False),
 )
+
+# BOTS estimator state of a taskset (difficulty_based with feature_keys; kinds/bots.py): one row
+# (id = 1), rewritten with the feedback table by every feedback report. Two float64 arrays of one
+# value per task row (little-endian bytes): every report moves every task's belief, so one blob
+# write beats a row per task. `data_digest` ties the state to the rows and features it was
+# computed from; a changed taskset file starts the estimator afresh.
+bots_state = Table(
+    "bots_state",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("data_digest", String, nullable=False),
+    Column("alphas", LargeBinary, nullable=False),
+    Column("betas", LargeBinary, nullable=False),
+    Column("cap_coef", Float, nullable=True),  # NULL before the first report
+    Column("rho_halvings", Integer, nullable=False),  # adaptive_rho: rho = kwargs.rho / 2**this
+    Column("updates", Integer, nullable=False),
+)

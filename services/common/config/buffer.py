@@ -51,6 +51,27 @@ class FormatConfig(Section):
         return self
 
 
+class BotsConfig(Section):
+    """Trinity's `data_selector.kwargs`: the BOTS estimator of difficulty_based with feature_keys
+    (services/buffer/kinds/bots.py). Each task's pass rate is a Beta(alpha, beta) belief, updated
+    from the explorer's pass rates and from an interpolation between the two feature columns."""
+
+    m: int = Field(16, ge=1)
+    """Rollouts a pass rate stands for: one report adds m pseudo-trials to a task's Beta counts."""
+    lamb: float = Field(0.2, ge=0, le=1)
+    """Forgetting lambda: each report keeps (1 - lamb) of every task's counts (and adds lamb)."""
+    rho: float = Field(0.2, ge=0, le=1)
+    """Weight of the interpolated pass rate against the observed one in an update."""
+    adaptive_rho: bool = False
+    """Halve rho whenever the interpolation misses the observed pass rates by 0.25 or more (mean)."""
+    target_reward: float = Field(1.0, ge=0, le=1)
+    """Prefer tasks whose estimated pass rate is near this (0.5: the tasks the model solves half the time)."""
+    tau: float = Field(1.0, ge=0)
+    """Sampling temperature over -|target_reward - pass rate|; 0 takes the batch_size best tasks."""
+    do_sample: bool = False
+    """Score a draw from each task's Beta belief (Thompson sampling) instead of its mean."""
+
+
 class TaskSelectorConfig(Section):
     selector_type: Literal["sequential", "shuffle", "random", "difficulty_based"] = "sequential"
     """Order of tasks: file order, reshuffled per epoch, sampled with replacement, or by pass rate."""
@@ -60,6 +81,38 @@ class TaskSelectorConfig(Section):
     """difficulty_based: prefer tasks whose pass rate is near this."""
     temperature: float = Field(1.0, gt=0)
     """difficulty_based: sharpness of the preference."""
+    feature_keys: list[str] = Field(default_factory=list)
+    """difficulty_based with BOTS (Trinity's estimator): two columns of per-task prior pass rates in
+    [0, 1], from a weaker and a stronger reference model; empty: the pass-rate selector above."""
+    kwargs: BotsConfig = BotsConfig()
+    """BOTS's arguments (with feature_keys; target_pass_rate and temperature do not apply then)."""
+
+    @model_validator(mode="after")
+    def _bots_settings(self) -> TaskSelectorConfig:
+        if not self.feature_keys:
+            if self.kwargs.model_fields_set:
+                raise ValueError(
+                    "kwargs are the arguments of BOTS's estimator, which needs feature_keys (two columns "
+                    "of prior pass rates); set feature_keys or remove kwargs"
+                )
+            return self
+        if self.selector_type != "difficulty_based":
+            raise ValueError(
+                f"feature_keys drive the difficulty_based selector, not {self.selector_type!r}; "
+                "set selector_type: difficulty_based or remove feature_keys"
+            )
+        if len(set(self.feature_keys)) != 2 or len(self.feature_keys) != 2:
+            raise ValueError(
+                "feature_keys needs exactly 2 different columns (prior pass rates of a weaker and a "
+                f"stronger reference model), got {self.feature_keys}"
+            )
+        own = sorted({"target_pass_rate", "temperature"} & self.model_fields_set)
+        if own:
+            raise ValueError(
+                f"{', '.join(own)} belong to the pass-rate selector without feature_keys; with "
+                "feature_keys use kwargs.target_reward and kwargs.tau"
+            )
+        return self
 
 
 class ReplayBufferConfig(Section):

@@ -73,6 +73,22 @@ class PipelineConfig(Section):
     """Task pipeline inputs (Trinity)."""
     target_fields: list[str] = Field(default_factory=list)
     """Task pipeline fields (Trinity)."""
+    save_input: bool = True
+    """Experience pipeline: append each explore step's experiences as they were before the operators
+    to input_save_path (JSON lines); only when there are operators (without them the buffer holds
+    exactly the input)."""
+    input_save_path: str | None = None
+    """File of save_input, a .jsonl or .json path (default <run dir>/buffer/pipeline_input.jsonl)."""
+
+    @model_validator(mode="after")
+    def _json_lines_path(self) -> PipelineConfig:
+        path = self.input_save_path
+        if path is not None and not path.endswith((".jsonl", ".json")):
+            raise ValueError(
+                f"data_processor.experience_pipeline.input_save_path {path!r}: give a .jsonl or .json file "
+                "(the input is saved as JSON lines; database URLs are not supported here)"
+            )
+        return self
 
 
 class DataProcessorConfig(Section):

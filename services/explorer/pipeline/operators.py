@@ -29,6 +29,7 @@ EXPERIENCE_OPERATORS = Registry(
         "reward_shaping_mapper": "services.explorer.pipeline.operators:RewardShapingMapper",
         "group_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
         "grpo_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
+        "pass_rate_calculator": "services.explorer.pipeline.operators:PassRateCalculator",
     },
 )
 
@@ -86,6 +87,45 @@ class InvalidRewardFilter(ExperienceOperator):
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         kept = [e for e in exps if e.reward is not None and math.isfinite(e.reward)]
         return kept, {"filtered_count": float(len(exps) - len(kept))}
+
+
+class PassRateCalculator(ExperienceOperator):
+    """Trinity's pass_rate_calculator: the step's per-task pass rates as metrics, experiences unchanged.
+
+    In Trinity this operator is what feeds the difficulty_based (BOTS) selector; here the explorer
+    reports every task's pass rate to that selector itself after each step (the same rule: the
+    `accuracy` metric when the workflow gives one, else the share of rewards > 0), so the operator
+    only measures: tasks, mean pass rate, and the shares of tasks all solved, all failed, and in
+    between (`valid_ratio`: the tasks whose group carries a learning signal).
+    """
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        rates = []
+        for task_exps in _by_task(exps).values():
+            outcomes = [
+                max(0.0, float(e.metrics["accuracy"]))
+                if "accuracy" in e.metrics
+                else float((e.reward or 0.0) > 0)
+                for e in task_exps
+            ]
+            rates.append(float(np.mean(outcomes)))
+        if not rates:
+            return exps, {"tasks": 0.0}
+        arr = np.array(rates)
+        return exps, {
+            "tasks": float(arr.size),
+            "pass_rate_mean": float(arr.mean()),
+            "valid_ratio": float(((arr > 0) & (arr < 1)).mean()),
+            "all_pass_ratio": float((arr == 1).mean()),
+            "all_fail_ratio": float((arr == 0).mean()),
+        }
+
+
+def _by_task(exps: list[Experience]) -> dict[str, list[Experience]]:
+    tasks: dict[str, list[Experience]] = defaultdict(list)
+    for exp in exps:
+        tasks[exp.task_id or exp.group_id].append(exp)
+    return tasks
 
 
 _OPS = {
