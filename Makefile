@@ -71,9 +71,13 @@ model-smollm2: $(SMOLLM2)/model.safetensors
 test-vllm: $(VLLM_STAMP) model-smollm2
 	$(VLLM_BIN)/python -m pytest -q --durations=10 tests/vllm
 
-# vLLM's benchmark figures (benchmarks/results/rollout_vllm.json, vllm_weight_push.json, smollm2_grpo.json).
+# vLLM's benchmark figures (benchmarks/results/rollout_vllm.json, vllm_weight_push.json, smollm2_grpo.json,
+# smollm2_grpo_trl.json). TRL (the SmolLM2 figure's second baseline) goes into the vLLM venv for
+# benchmarks only, never changing a pinned package.
 bench-vllm: $(VLLM_STAMP) model-smollm2
 	mkdir -p benchmarks/results
+	$(VLLM_BIN)/pip freeze --exclude-editable > $(VLLM_VENV)/bench-constraints.txt
+	$(VLLM_BIN)/pip install -q -c $(VLLM_VENV)/bench-constraints.txt trl
 	$(VLLM_BIN)/python benchmarks/rollout.py --engine vllm --max-tokens 32 --rounds 4
 	$(VLLM_BIN)/python benchmarks/vllm_weight_push.py
 	$(VLLM_BIN)/python benchmarks/smollm2_grpo.py
