@@ -4,14 +4,21 @@ Resume rule: when `continue_from_checkpoint` is true and <run_dir>/checkpoints/f
 checkpoint, the policy weights come from its model/ directory and the optimizer, schedule, critic,
 step, RNG and data cursor from its state files; the reference model is always the initial model
 (model.model_path), as KL is measured against where training started.
+
+With model.lora_configs the policy is the base model (model.model_path, never the merged weights of a
+checkpoint's model/) wrapped in the adapter of the checkpoint's lora_adapter/ on resume, else of
+lora.path, else a fresh one (services/trainer/lora.py); the reference model is that base, as
+Trinity's "adapter disabled" is.
 """
 
 from __future__ import annotations
 
+import pathlib
 from dataclasses import dataclass
 from typing import Any
 
 from services.common.config.schema import TrinityConfig
+from services.common.errors import FailedPrecondition
 from services.common.logging import get_logger
 from services.trainer.checkpoint import (
     TrainerState,
@@ -45,6 +52,41 @@ def train_dtype(cfg: TrinityConfig) -> str:
     return "float32" if cfg.model.dtype == "auto" else cfg.model.dtype
 
 
+def load_policy(cfg: TrinityConfig, checkpoint: pathlib.Path | None, *, dtype: str, device: str) -> Any:
+    """The policy: a checkpoint's model/ (or model.model_path), or with LoRA the base plus its adapter."""
+    from services.models.loading import load_causal_lm
+    from services.trainer import lora as peft_lora
+
+    lora = cfg.model.lora
+    saved_adapter = checkpoint / peft_lora.ADAPTER_DIR if checkpoint is not None else None
+    if lora is None:
+        if saved_adapter is not None and saved_adapter.is_dir():
+            raise FailedPrecondition(
+                f"checkpoint {checkpoint} was trained with model.lora_configs (it holds {peft_lora.ADAPTER_DIR}/); "
+                "resume it with the same lora_configs, or start a new run (another name)",
+                field="model.lora_configs",
+            )
+        path = str(model_dir(checkpoint)) if checkpoint is not None else cfg.model.model_path
+        return load_causal_lm(path, dtype=dtype, device=device, seed=cfg.model.seed)
+    if saved_adapter is not None and not saved_adapter.is_dir():
+        raise FailedPrecondition(
+            f"checkpoint {checkpoint} was trained without model.lora_configs (no {peft_lora.ADAPTER_DIR}/); "
+            "remove lora_configs to resume it, or start a new run (another name) with LoRA",
+            field="model.lora_configs",
+        )
+    base = load_causal_lm(cfg.model.model_path, dtype=dtype, device=device, seed=cfg.model.seed)
+    adapter = str(saved_adapter) if saved_adapter is not None else lora.path
+    adapter_dtype = dtype if lora.lora_dtype == "auto" else lora.lora_dtype
+    log.info("lora", adapter=lora.name, continue_from=adapter, dtype=adapter_dtype)
+    return peft_lora.apply_lora(
+        base,
+        lora,
+        dtype=adapter_dtype,
+        base_model_name=lora.base_model_name or cfg.model.model_path,
+        adapter_path=adapter,
+    )
+
+
 def build_engine(cfg: TrinityConfig, *, device: str | None = None, dist: Any = None) -> Built:
     """Models, algorithm and optimizer; `dist` (a DistContext) shards the policy and critic with FSDP2."""
     import torch
@@ -65,10 +107,9 @@ def build_engine(cfg: TrinityConfig, *, device: str | None = None, dist: Any = N
     algorithm = build_algorithm(cfg.algorithm)
     settings = EngineSettings.from_config(cfg)
     latest = latest_checkpoint(full_checkpoint_root(cfg.run_dir)) if cfg.continue_from_checkpoint else None
-    policy_path = str(model_dir(latest[1])) if latest else cfg.model.model_path
     dtype = train_dtype(cfg)
     torch.manual_seed(cfg.model.seed)
-    model = load_causal_lm(policy_path, dtype=dtype, device=device, seed=cfg.model.seed)
+    model = load_policy(cfg, latest[1] if latest else None, dtype=dtype, device=device)
     tokenizer = load_tokenizer(cfg.model.model_path, cfg.model.tokenizer_path)
     ref_model = None
     if algorithm.use_reference:

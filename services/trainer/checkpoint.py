@@ -1,7 +1,9 @@
 """Full checkpoints: weights (HF format), optimizer, scheduler, step, data cursor, RNG.
 
 Layout: `<run_dir>/checkpoints/full/global_step_N/` holding
-  model/               save_pretrained weights + tokenizer (loadable as a model_path, e.g. by the next stage)
+  model/               save_pretrained weights + tokenizer (loadable as a model_path, e.g. by the next stage);
+                       with LoRA the merged weights (base + adapter), a plain model
+  lora_adapter/        with LoRA only: the adapter, peft's save_pretrained (what a resume trains on)
   engine.pt            optimizer, scheduler, critic, step (torch.save)
   trainer_state.json   step, data cursor, time (human-readable; written last)
 A checkpoint is written under a hidden temporary name and renamed into place, so a directory named
@@ -20,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+
+from services.trainer import lora
 
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _TMP_PREFIX = ".tmp-global_step_"
@@ -81,7 +85,8 @@ def save_checkpoint(
 ) -> pathlib.Path:
     """Write global_step_<state.step> atomically; prune to the newest `keep`. Returns its path.
 
-    model_state: the full weights when `model` is sharded (FSDP); None saves `model`'s own.
+    model_state: the full weights when `model` is sharded (FSDP); None saves `model`'s own (with
+    LoRA, merged). A peft-wrapped `model` also writes its adapter to lora_adapter/.
     """
     root = pathlib.Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -92,6 +97,10 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f"{_TMP_PREFIX}{state.step}-{os.getpid()}"
     (tmp / "model").mkdir(parents=True)
+    if lora.is_lora(model):
+        lora.save_adapter(model, tmp / lora.ADAPTER_DIR)
+        model_state = model_state if model_state is not None else lora.merged_state_dict(model)
+        model = lora.hf_model(model)
     model.save_pretrained(tmp / "model", state_dict=model_state)
     tokenizer.save_pretrained(tmp / "model")
     engine_state = {**engine_state, "rng": _rng_state()}

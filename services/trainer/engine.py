@@ -27,6 +27,7 @@ from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.batching import Batch, ModelInputs, micro_batches
 from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
+from services.trainer.lora import is_lora, merged_state_dict
 from services.trainer.modeling import ValueModel, accepts_logits_to_keep, batch_metrics, token_logprobs
 from services.trainer.settings import EngineSettings, lr_factor
 
@@ -285,8 +286,12 @@ class TrainEngine:
     # ---- checkpoint state -----------------------------------------------------------------------
 
     def full_model_state(self) -> dict[str, Tensor]:
-        """The policy's full (unsharded) weights; under FSDP a collective, filled on rank 0 only (CPU)."""
+        """The policy's full (unsharded) weights; under FSDP a collective, filled on rank 0 only (CPU).
+
+        With LoRA: the base weights with the adapter merged, under the base model's names (lora.py)."""
         if self.dist is None:
+            if is_lora(self.model):
+                return merged_state_dict(self.model)
             return {k: v.detach() for k, v in self.model.state_dict().items()}
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 

@@ -70,9 +70,12 @@ def batch_metrics(batch: Batch) -> dict[str, float]:
 
 
 def accepts_logits_to_keep(model: nn.Module) -> bool:
+    """Does the model's forward take `logits_to_keep` (a peft wrapper passes it on to the model inside)?"""
     import inspect
 
+    unwrap = getattr(model, "get_base_model", None)
+    inner = unwrap() if callable(unwrap) else model
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
     except (TypeError, ValueError):
         return False

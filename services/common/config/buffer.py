@@ -90,7 +90,7 @@ class TaskSelectorConfig(Section):
     @model_validator(mode="after")
     def _bots_settings(self) -> TaskSelectorConfig:
         if not self.feature_keys:
-            if self.kwargs.model_fields_set:
+            if self.kwargs != BotsConfig():  # defaults written out (a resolved config) are fine
                 raise ValueError(
                     "kwargs are the arguments of BOTS's estimator, which needs feature_keys (two columns "
                     "of prior pass rates); set feature_keys or remove kwargs"
@@ -106,7 +106,8 @@ class TaskSelectorConfig(Section):
                 "feature_keys needs exactly 2 different columns (prior pass rates of a weaker and a "
                 f"stronger reference model), got {self.feature_keys}"
             )
-        own = sorted({"target_pass_rate", "temperature"} & self.model_fields_set)
+        defaults = TaskSelectorConfig.model_fields
+        own = sorted(k for k in ("target_pass_rate", "temperature") if getattr(self, k) != defaults[k].default)
         if own:
             raise ValueError(
                 f"{', '.join(own)} belong to the pass-rate selector without feature_keys; with "

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from services.common.config.base import Section
+from services.common.config.lora import LoRAConfig
 
 
 class ModelConfig(Section):
@@ -49,17 +50,38 @@ class ModelConfig(Section):
     behaviour here); false is refused: an untruncated prompt would not fit the trainer's sequences
     (raise max_prompt_tokens instead)."""
 
+    lora_configs: list[LoRAConfig] | None = None
+    """LoRA training of the policy through peft (at most one entry; needs `pip install 'trinity-grpc[lora]'`):
+    only the adapter trains, explorers receive the merged weights, checkpoints keep the merged model in
+    model/ and the adapter in lora_adapter/. Not with trainer.strategy fsdp2."""
+
     tinker: dict[str, Any] = Field(default_factory=dict)
     """Trinity's Tinker backend (training on a remote Tinker service): `enable: true` is refused,
     the trainer here trains the model locally; `enable: false` (or no key) is this project's way."""
 
+    external_model: dict[str, Any] = Field(default_factory=dict)
+    """Trinity's remote OpenAI-compatible model for bench mode (enable, model_name, base_url_env,
+    api_key_env): `enable: true` is refused, evaluation here runs a local model_path (the workflows
+    work on token ids, which a remote chat API does not give)."""
+
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:
+        if self.external_model.get("enable", False):
+            raise ValueError(
+                "model.external_model.enable: true is not supported: bench mode here evaluates a local "
+                "model_path (hub id or directory) with the explorer's engines, and its workflows need token "
+                "ids and logprobs that a remote chat API does not return; remove model.external_model"
+            )
         if self.tinker.get("enable", False):
             raise ValueError(
                 "model.tinker.enable: true is not supported: Tinker is a remote training service and this "
                 "project trains the model locally with torch; remove model.tinker (its LoRA settings: "
                 "see model.lora_configs)"
+            )
+        if self.lora_configs is not None and len(self.lora_configs) > 1:
+            raise ValueError(
+                f"model.lora_configs has {len(self.lora_configs)} entries; one LoRA adapter is supported "
+                "(as in Trinity): keep one entry"
             )
         if not self.enable_prompt_truncation:
             raise ValueError(
@@ -84,6 +106,11 @@ class ModelConfig(Section):
             "logprobs": self.logprobs,
         }
         return {key: value for key, value in given.items() if value is not None}
+
+    @property
+    def lora(self) -> LoRAConfig | None:
+        """The LoRA adapter to train, or None (no lora_configs, or an empty list): full fine-tuning."""
+        return self.lora_configs[0] if self.lora_configs else None
 
     @property
     def effective_max_model_len(self) -> int:

@@ -105,6 +105,15 @@ class TrinityConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _lora_on_one_process(self) -> TrinityConfig:
+        if self.model.lora is not None and self.trainer.strategy == "fsdp2":
+            raise ValueError(
+                "trainer.strategy fsdp2 with model.lora_configs is not supported yet: use strategy single "
+                "(LoRA's frozen base and small optimizer state often fit one GPU), or remove model.lora_configs"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _verl_cliprange_agrees(self) -> TrinityConfig:
         verl = mapped_settings(self.trainer.trainer_config).get(
             "algorithm.value_loss_fn_args.cliprange_value"

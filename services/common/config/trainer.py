@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any, Literal
 
+import yaml
 from pydantic import Field, model_validator
 
 from services.common.config.base import Section
@@ -39,6 +41,8 @@ class TrainerConfig(Section):
     trainer_config: dict[str, Any] | None = None
     """Trinity's inline veRL config: each leaf is used for our equivalent key (when that key is not
     set), has no effect by design, or is rejected with the reason (services/common/config/verl.py)."""
+    trainer_config_path: str | None = None
+    """A veRL config YAML read as trainer_config (Trinity's key; give one of the two)."""
     grad_clip: float | None = Field(None, ge=0)
     """Trinity's key for the gradient-norm clip (algorithm.optimizer.grad_clip is the same setting;
     give one of them); 0 disables clipping."""
@@ -63,6 +67,28 @@ class TrainerConfig(Section):
     strategy: Literal["single", "fsdp2"] = "single"
     """single: one process (one GPU or CPU); fsdp2: torch FSDP2, started as
     `torchrun --nproc_per_node N -m services.trainer --config F` (rank 0 serves and talks to the other services)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_trainer_config_path(cls, data: Any) -> Any:
+        path = data.get("trainer_config_path") if isinstance(data, dict) else None
+        if path is None:
+            return data
+        try:
+            tree = yaml.safe_load(pathlib.Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ValueError(
+                f"trainer.trainer_config_path {path!r}: cannot read it ({exc.strerror})"
+            ) from exc
+        except yaml.YAMLError as exc:
+            raise ValueError(f"trainer.trainer_config_path {path!r}: not YAML ({exc})") from exc
+        if not isinstance(tree, dict):
+            raise ValueError(f"trainer.trainer_config_path {path!r}: expected a mapping of veRL keys")
+        if data.get("trainer_config") not in (None, tree):
+            raise ValueError(
+                "trainer.trainer_config_path and trainer.trainer_config are one setting; give one"
+            )
+        return {**data, "trainer_config": tree}
 
     @model_validator(mode="after")
     def _check_trinity_keys(self) -> TrainerConfig:

@@ -47,7 +47,9 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "veRL's inline config, leaf by leaf: used for our equivalent key, no effect (a memory or speed knob), "
         "or rejected with the reason; see the veRL table below",
     ),
-    "trainer.trainer_config_path": KeyMeaning("not yet", "a veRL config file; see trainer.trainer_config"),
+    "trainer.trainer_config_path": KeyMeaning(
+        "mapped", "a veRL config YAML read as trainer.trainer_config (give one of the two)"
+    ),
     "trainer.enable_preview": KeyMeaning(
         "mapped",
         "Trinity's rollout preview in its web UI: no UI here; true gets a one-line notice at start-up",
@@ -63,13 +65,6 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     "buffer.*.data_selector": KeyMeaning(
         "mapped", "the same setting as task_selector (sequential, shuffle, random, difficulty_based)"
     ),
-    "buffer.*.data_selector.feature_keys": KeyMeaning(
-        "not yet",
-        "BOTS's estimator over pass-rate columns; difficulty_based here uses target_pass_rate, temperature",
-    ),
-    "buffer.*.data_selector.kwargs": KeyMeaning(
-        "not yet", "the estimator's arguments; see data_selector.feature_keys"
-    ),
     "buffer.*.format.image_key": KeyMeaning(
         "rejected",
         "multi-modal rows: refused when set (engines, workflows and trainer are text-only); also video_key",
@@ -80,10 +75,19 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     ),
     "model.enable_prompt_truncation": KeyMeaning(
         "rejected",
-        "true accepted (prompts are always truncated from the left to max_prompt_tokens here); false rejected: raise max_prompt_tokens",
+        "true accepted, with a difference: Trinity masks out a prompt longer than max_prompt_tokens (no "
+        "training on it), here it is truncated from the left and trained on; false rejected: raise max_prompt_tokens",
     ),
-    "model.lora_configs": KeyMeaning("not yet", "LoRA training (planned through peft)"),
-    "model.external_model": KeyMeaning("not yet", "an OpenAI-compatible remote model as the rollout engine"),
+    "model.lora_configs": KeyMeaning(
+        "mapped",
+        "one LoRA adapter trained through peft (the `lora` extra); the explorer gets the merged weights under "
+        "the base names by every sync method (Trinity syncs the adapter by checkpoint); strategy fsdp2 refused; "
+        "with an adapter path, rollouts before the first sync use the base model",
+    ),
+    "model.external_model": KeyMeaning(
+        "rejected",
+        "enable: true refused: bench here runs a local model_path (workflows need token ids and logprobs)",
+    ),
     "model.tinker": KeyMeaning(
         "rejected", "enable: true refused: Tinker is a remote training service, this project trains locally"
     ),
@@ -125,7 +129,9 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "Trinity's Data-Juicer service: refused when given, Data-Juicer is not integrated here",
     ),
     "data_processor.experience_pipeline.save_input": KeyMeaning(
-        "not yet", "saving the pipeline's input experiences to a file"
+        "mapped",
+        "true (default): each step's experiences before the operators, as JSON lines at input_save_path "
+        "(default <run dir>/buffer/pipeline_input.jsonl), when there are operators; database URLs refused",
     ),
 }
 
