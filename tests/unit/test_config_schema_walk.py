@@ -32,12 +32,7 @@ NO_EFFECT = {
     "num_process": "Data-Juicer's worker count; task operators are rejected, experience operators run in-process",
     "target_fields": "the task pipeline's fields; task operators are rejected",
 }
-KNOWN_GAPS = {
-    "tools_key": "tool definitions of a row are not passed to the chat template yet",
-    "chosen_key": "DPO rows from a file dataset are not read yet (dataset_source reads prompt/response, messages)",
-    "rejected_key": "as chosen_key",
-    "enable_concatenated_multi_turn": "multi-turn SFT trains on the last assistant turn only",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]]:

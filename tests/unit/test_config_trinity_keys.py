@@ -257,13 +257,18 @@ def test_model_sampling_defaults_under_the_tasksets_own() -> None:
     assert EngineSettings.from_config(own).temperature == 0.9
 
 
-def test_schema_type_sft_only() -> None:
-    validate_config(
-        {"buffer": {"trainer_input": {"auxiliary_buffers": {"sft": {"name": "s", "schema_type": "sft"}}}}}
-    )
+def test_schema_type_sft_or_dpo() -> None:
+    for schema in ("sft", "dpo"):
+        validate_config(
+            {"buffer": {"trainer_input": {"auxiliary_buffers": {"d": {"name": "s", "schema_type": schema}}}}}
+        )
     with pytest.raises(ConfigError, match="schema_type"):
         validate_config(
-            {"buffer": {"trainer_input": {"auxiliary_buffers": {"sft": {"name": "s", "schema_type": "dpo"}}}}}
+            {
+                "buffer": {
+                    "trainer_input": {"auxiliary_buffers": {"d": {"name": "s", "schema_type": "experience"}}}
+                }
+            }
         )
 
 

@@ -23,13 +23,16 @@ class FormatConfig(Section):
     messages_key: str = "messages"
     """Column with chat messages (prompt_type messages)."""
     tools_key: str = "tools"
-    """Column with tool definitions."""
+    """Column with a row's tool definitions, passed to the chat template of the messages rows the
+    trainer reads (SFT / DPO datasets)."""
     chosen_key: str = "chosen"
-    """DPO: column with the chosen response."""
+    """DPO: column with the chosen response (a string, or messages ending with the assistant's); a
+    dataset row with both chosen_key and rejected_key is a preference pair."""
     rejected_key: str = "rejected"
-    """DPO: column with the rejected response."""
+    """DPO: column with the rejected response (as chosen_key)."""
     enable_concatenated_multi_turn: bool = False
-    """SFT on multi-turn messages as one sequence."""
+    """SFT on messages rows: train on every assistant turn of the conversation (one sequence, the
+    other turns masked out) instead of the last assistant turn only."""
     chat_template: str | None = None
     """Chat template overriding model.custom_chat_template."""
     reply_prefix: str | None = None
@@ -107,7 +110,9 @@ class TaskSelectorConfig(Section):
                 f"stronger reference model), got {self.feature_keys}"
             )
         defaults = TaskSelectorConfig.model_fields
-        own = sorted(k for k in ("target_pass_rate", "temperature") if getattr(self, k) != defaults[k].default)
+        own = sorted(
+            k for k in ("target_pass_rate", "temperature") if getattr(self, k) != defaults[k].default
+        )
         if own:
             raise ValueError(
                 f"{', '.join(own)} belong to the pass-rate selector without feature_keys; with "
@@ -180,10 +185,10 @@ class StorageConfig(Section):
     (not those read and leased or cooling down), the lowest priority evicted."""
     enable_progress_bar: bool = False
     """Accepted for Trinity compatibility; progress is logged instead."""
-    schema_type: Literal["sft"] | None = None
-    """Trinity's row schema of a dataset buffer: sft (prompt/response or messages rows, what the trainer
-    reads from a file buffer); Trinity's dpo and experience schemas are rejected (not read from files
-    here yet)."""
+    schema_type: Literal["sft", "dpo"] | None = None
+    """Trinity's row schema of a dataset buffer the trainer reads: sft (prompt/response or messages
+    rows) or dpo (preference pairs: chosen_key and rejected_key); a row of the other kind is an
+    error naming it (None: each row's columns decide). Trinity's experience schema is rejected."""
     replay_buffer: ReplayBufferConfig | None = None
     """Trinity v0.5's grouping of the priority-queue keys (give it or the flat keys, not both)."""
 
