@@ -34,7 +34,10 @@ def tally() -> tuple[Counter[str], int]:
                 load_config(path)
                 outcomes["loads"] += 1
             except ConfigError as exc:
-                outcomes["unknown key" if "unknown key" in str(exc) else "value rejected"] += 1
+                kind = "unknown key" if "unknown key" in str(exc) else "value rejected"
+                outcomes[kind] += 1
+                for key in sorted(set(re.findall(r"Value error, ([\w.]+)", str(exc)))):
+                    outcomes[f"refused: {key}"] += 1
     finally:
         for name, value in saved.items():
             if value is None:
@@ -54,8 +57,8 @@ def render_compat() -> list[str]:
         "",
         "Keys of the tables above with Trinity's name have Trinity's meaning. The Trinity keys below",
         "differ: *mapped* (accepted and carried to our equivalent), *rejected* (a value refused, with the",
-        "reason), *not yet* (refused as an unknown key; the error quotes this table), *issue 16* (the vLLM",
-        "engine's keys). Nothing is accepted and ignored. The table lives in",
+        "reason), *not yet* (refused as an unknown key; the error quotes this table; none is left).",
+        "Nothing is accepted and ignored. The table lives in",
         "`services/common/config/trinity_keys.py`; keys not listed there and not in the schema are unknown keys.",
         "",
         f"Tally of Trinity-RFT v0.5.2's {total} example configs (plus one Data-Juicer recipe, not a",
@@ -66,6 +69,17 @@ def render_compat() -> list[str]:
         f"| every key understood, the file loads | {outcomes['loads']} |",
         f"| every key known, a value rejected with its reason (e.g. Ulysses 2) | {outcomes['value rejected']} |",
         f"| stopped by a key with no meaning here yet | {outcomes['unknown key']} |",
+        "",
+        "The refused values, by key (a config can have several; the key's entry below or its schema",
+        "docstring says why and what to use instead):",
+        "",
+        "| refused key | configs |",
+        "| --- | --- |",
+        *(
+            f"| `{key.removeprefix('refused: ')}` | {count} |"
+            for key, count in sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))
+            if key.startswith("refused: ")
+        ),
         "",
         "`trinity config check` then also looks up the algorithm, workflow, reward and operator names",
         "and the files; `pytest -s tests/unit/test_trinity_compat.py` prints that fuller tally.",

@@ -8,7 +8,7 @@ listed: the generated reference documents them.
 
 Status: `mapped` (accepted, carried to our equivalent), `rejected` (a value or key refused, with
 the reason), `not yet` (refused as an unknown key: no meaning here so far; the entry says what
-would be needed or what to use), `issue 16` (the vLLM engine keys, documented with the engine).
+would be needed or what to use; none is left).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-Status = Literal["mapped", "rejected", "not yet", "issue 16"]
+Status = Literal["mapped", "rejected", "not yet"]
 
 
 class KeyMeaning(NamedTuple):
@@ -99,13 +99,13 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "rejected",
         "1: one engine serves each auxiliary model; its other engine keys default to the rollout model's",
     ),
-    "explorer.rollout_model.enforce_eager": KeyMeaning("issue 16", "vLLM engine setting"),
-    "explorer.rollout_model.enable_prefix_caching": KeyMeaning("issue 16", "vLLM engine setting"),
-    "explorer.rollout_model.enable_chunked_prefill": KeyMeaning("issue 16", "vLLM engine setting"),
-    "explorer.rollout_model.gpu_memory_utilization": KeyMeaning("issue 16", "vLLM engine setting"),
-    "explorer.rollout_model.max_model_len": KeyMeaning("issue 16", "vLLM engine setting"),
-    "explorer.rollout_model.dtype": KeyMeaning("issue 16", "vLLM engine setting"),
-    "explorer.rollout_model.engine_type": KeyMeaning("issue 16", "vllm / vllm_async / transformers"),
+    "explorer.rollout_model.enforce_eager": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
+    "explorer.rollout_model.enable_prefix_caching": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
+    "explorer.rollout_model.enable_chunked_prefill": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
+    "explorer.rollout_model.gpu_memory_utilization": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
+    "explorer.rollout_model.max_model_len": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
+    "explorer.rollout_model.dtype": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
+    "explorer.rollout_model.engine_type": KeyMeaning("mapped", "vllm and vllm_async: the vLLM engine; transformers: HF generate"),
     # synchronizer, monitor, cluster, data_processor
     "synchronizer.sync_method": KeyMeaning(
         "mapped",
