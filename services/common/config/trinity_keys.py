@@ -99,13 +99,27 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "rejected",
         "1: one engine serves each auxiliary model; its other engine keys default to the rollout model's",
     ),
-    "explorer.rollout_model.enforce_eager": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
-    "explorer.rollout_model.enable_prefix_caching": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
-    "explorer.rollout_model.enable_chunked_prefill": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
-    "explorer.rollout_model.gpu_memory_utilization": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
-    "explorer.rollout_model.max_model_len": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
-    "explorer.rollout_model.dtype": KeyMeaning("mapped", "the vLLM engine argument of that name (explorer.rollout_model)"),
-    "explorer.rollout_model.engine_type": KeyMeaning("mapped", "vllm and vllm_async: the vLLM engine; transformers: HF generate"),
+    "explorer.rollout_model.enforce_eager": KeyMeaning(
+        "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
+    ),
+    "explorer.rollout_model.enable_prefix_caching": KeyMeaning(
+        "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
+    ),
+    "explorer.rollout_model.enable_chunked_prefill": KeyMeaning(
+        "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
+    ),
+    "explorer.rollout_model.gpu_memory_utilization": KeyMeaning(
+        "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
+    ),
+    "explorer.rollout_model.max_model_len": KeyMeaning(
+        "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
+    ),
+    "explorer.rollout_model.dtype": KeyMeaning(
+        "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
+    ),
+    "explorer.rollout_model.engine_type": KeyMeaning(
+        "mapped", "vllm and vllm_async: the vLLM engine; transformers: HF generate"
+    ),
     # synchronizer, monitor, cluster, data_processor
     "synchronizer.sync_method": KeyMeaning(
         "mapped",
