@@ -48,18 +48,28 @@ def tally() -> tuple[Counter[str], int]:
 
 
 def render_compat() -> list[str]:
-    from services.common.config.trinity_keys import TRINITY_KEYS
+    from services.common.config.trinity_keys import ANY, TRINITY_KEYS
     from services.common.config.verl import RULES
 
     outcomes, total = tally()
+    gap, keys_total = schema_gap()
     lines = [
         "## Trinity-RFT v0.5.2 compatibility",
         "",
         "Keys of the tables above with Trinity's name have Trinity's meaning. The Trinity keys below",
         "differ: *mapped* (accepted and carried to our equivalent), *rejected* (a value refused, with the",
-        "reason), *not yet* (refused as an unknown key; the error quotes this table; none is left).",
-        "Nothing is accepted and ignored. The table lives in",
+        "reason), *no effect* (a Trinity-only key accepted at the values that change nothing here,",
+        "any other value refused with the reason), *not yet* (refused as an unknown key; the error",
+        "quotes this table). Nothing is accepted and ignored. The table lives in",
         "`services/common/config/trinity_keys.py`; keys not listed there and not in the schema are unknown keys.",
+        "",
+        f"Trinity v0.5.2's schema has {keys_total} user-facing keys (tests/data/trinity_v052_keys.txt, read",
+        "from its trinity/common/config.py); "
+        + (
+            "every one is in the schema above or in the table below."
+            if not gap
+            else f"{len(gap)} of them have no meaning here yet: {', '.join(gap)}."
+        ),
         "",
         f"Tally of Trinity-RFT v0.5.2's {total} example configs (plus one Data-Juicer recipe, not a",
         "config), loaded unchanged with their environment variables set to stand-ins:",
@@ -88,7 +98,12 @@ def render_compat() -> list[str]:
         "| --- | --- | --- |",
     ]
     for key, entry in sorted(TRINITY_KEYS.items()):
-        lines.append(f"| `{key}` | {entry.status} | {entry.meaning.replace('|', '/')} |")
+        values = ""
+        if entry.accepts and entry.accepts is not ANY:
+            values = f" (accepted: {', '.join(repr(v) for v in entry.accepts)})"
+        elif entry.accepts:
+            values = " (any value accepted)"
+        lines.append(f"| `{key}` | {entry.status} | {entry.meaning.replace('|', '/')}{values} |")
     lines += [
         "",
         "### `trainer.trainer_config` (veRL) leaves",
@@ -104,3 +119,56 @@ def render_compat() -> list[str]:
         lines.append(f"| `{rule.pattern}` | {rule.kind} | {rule.detail}{fine} |")
     lines.append("")
     return lines
+
+
+TRINITY_KEYS_FILE = EXAMPLES.parent / "trinity_v052_keys.txt"
+
+
+def our_key_paths() -> tuple[set[str], set[str]]:
+    """(every key path of our schema, the paths of its leaves), with `[*]` for list items and `*`
+    for dict values, as in tests/data/trinity_v052_keys.txt."""
+    from pydantic import BaseModel
+
+    from scripts.gen_config_docs import models_in
+    from services.common.config.schema import TrinityConfig
+
+    paths: set[str] = set()
+    leaves: set[str] = set()
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            path = prefix + name
+            paths.add(path)
+            children = models_in(info.annotation)
+            if not children:
+                leaves.add(path)
+            for child, suffix in children:
+                walk(child, f"{path}{suffix.replace('[]', '[*]').replace('.<name>', '.*')}.")
+
+    walk(TrinityConfig, "")
+    return paths, leaves
+
+
+def schema_gap() -> tuple[list[str], int]:
+    """(Trinity v0.5.2 user-facing keys with no meaning here, number of Trinity keys).
+
+    A key has a meaning when our schema has it, when services/common/config/trinity_keys.py lists it
+    (or a pattern there matches it), or when one of its parents is a free-form leaf of ours (a dict
+    such as model.tinker or trainer.trainer_config, whose contents our validators decide on).
+    """
+    from services.common.config.trinity_keys import meaning_of
+
+    keys = [
+        line.strip()
+        for line in TRINITY_KEYS_FILE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    paths, leaves = our_key_paths()
+
+    def known(key: str) -> bool:
+        if key in paths or meaning_of(key.replace("stages[*].", "stages[0].")) is not None:
+            return True
+        parts = key.split(".")
+        return any(".".join(parts[:i]) in leaves for i in range(1, len(parts)))
+
+    return sorted(k for k in keys if not known(k)), len(keys)

@@ -89,7 +89,10 @@ def make_monitor(cfg: TrinityConfig, service: str) -> Monitor:
 
         log_dir = os.path.join(cfg.run_dir, "monitor", cfg.monitor.monitor_type)
         sink: Monitor = SINKS[cfg.monitor.monitor_type](
-            cfg.project, f"{cfg.name}/{service}", log_dir, dict(cfg.monitor.monitor_args)
+            cfg.project,
+            "/".join(p for p in (cfg.group, cfg.name, service) if p),
+            log_dir,
+            dict(cfg.monitor.monitor_args),
         )
         return sink
     return TensorBoardMonitor(tensorboard_dir(cfg, service))

@@ -15,7 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from services.common.config.schema import TrinityConfig
-from services.common.config.trinity_keys import meaning_of
+from services.common.config.trinity_keys import meaning_of, strip_inert
 from services.common.errors import ConfigError
 
 DEFAULT_CONFIG_NAME = "default.yaml"
@@ -81,6 +81,10 @@ def _merge_stage(raw: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validate(raw: dict[str, Any], prefix: str) -> TrinityConfig:
+    try:
+        raw = strip_inert(raw)
+    except ValueError as exc:
+        raise ConfigError(prefix + str(exc), field=prefix + str(exc).split(" ", 1)[0]) from None
     try:
         return TrinityConfig.model_validate(raw)
     except ValidationError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -26,6 +27,8 @@ class ModelConfig(Section):
     """Max generated tokens per response."""
     min_response_tokens: int = Field(1, ge=0)
     """Min generated tokens per response."""
+    chat_template_path: str | None = None
+    """A file holding a Jinja chat template, read into custom_chat_template (give one of the two)."""
     custom_chat_template: str | None = None
     """Jinja chat template overriding the tokenizer's."""
     dtype: str = "auto"
@@ -63,6 +66,22 @@ class ModelConfig(Section):
     """Trinity's remote OpenAI-compatible model for bench mode (enable, model_name, base_url_env,
     api_key_env): `enable: true` is refused, evaluation here runs a local model_path (the workflows
     work on token ids, which a remote chat API does not give)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_chat_template_path(cls, data: Any) -> Any:
+        path = data.get("chat_template_path") if isinstance(data, dict) else None
+        if path is None:
+            return data
+        try:
+            template = pathlib.Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"model.chat_template_path {path!r}: cannot read it ({exc.strerror})") from exc
+        if data.get("custom_chat_template") not in (None, template):
+            raise ValueError(
+                "model.chat_template_path and model.custom_chat_template are one setting; give one"
+            )
+        return {**data, "custom_chat_template": template}
 
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:

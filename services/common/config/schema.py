@@ -42,6 +42,18 @@ class StageConfig(Section):
     """Overrides of `explorer:`."""
     trainer: dict[str, Any] | None = None
     """Overrides of `trainer:`."""
+    data_processor: dict[str, Any] | None = None
+    """Trinity's per-stage pipelines: refused when given (set data_processor at the top level)."""
+
+    @model_validator(mode="after")
+    def _no_stage_pipelines(self) -> StageConfig:
+        if self.data_processor is not None:
+            raise ValueError(
+                f"stages[{self.stage_name}].data_processor: a per-stage data_processor is not supported; "
+                "set data_processor at the top level (it applies to every stage)"
+            )
+        return self
+
     synchronizer: dict[str, Any] | None = None
     """Overrides of `synchronizer:`."""
     model: dict[str, Any] | None = None
@@ -51,6 +63,9 @@ class StageConfig(Section):
 class TrinityConfig(Section):
     project: str = "trinity-grpc"
     """Project name; runs live under <checkpoint_root_dir>/<project>/<name>/."""
+    group: str = ""
+    """Trinity's run group: when set, runs live under <checkpoint_root_dir>/<project>/<group>/<name>/
+    and wandb / mlflow / swanlab run names start with `<group>/` (default: none)."""
     name: str = "default"
     """Experiment name."""
     mode: Mode = "both"
@@ -137,8 +152,8 @@ class TrinityConfig(Section):
 
     @property
     def run_dir(self) -> str:
-        """<checkpoint_root_dir>/<project>/<name>: everything this run writes."""
-        return os.path.join(self.checkpoint_root_dir, self.project, self.name)
+        """<checkpoint_root_dir>/<project>[/<group>]/<name>: everything this run writes."""
+        return os.path.join(self.checkpoint_root_dir, self.project, self.group, self.name)
 
     @property
     def train_batch_size(self) -> int:

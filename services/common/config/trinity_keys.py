@@ -7,21 +7,32 @@ is neither in the schema nor here. Keys of the schema with Trinity's name and me
 listed: the generated reference documents them.
 
 Status: `mapped` (accepted, carried to our equivalent), `rejected` (a value or key refused, with
-the reason), `not yet` (refused as an unknown key: no meaning here so far; the entry says what
+the reason), `no effect` (a Trinity-only key: the loader drops it at the values that change nothing
+here and refuses any other value with the reason; see strip_inert), `not yet` (refused as an unknown key: no meaning here so far; the entry says what
 would be needed or what to use; none is left).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-Status = Literal["mapped", "rejected", "not yet"]
+Status = Literal["mapped", "rejected", "not yet", "no effect"]
+ANY = ("<any value>",)
+"""`accepts` of a key whose every value is inert here."""
 
 
 class KeyMeaning(NamedTuple):
     status: Status
     meaning: str
+    accepts: tuple[Any, ...] = ()
+    """`no effect` keys (not in the schema): the values that change nothing here, so the loader drops
+    the key; any other value is refused with `meaning` (ANY: every value)."""
+
+
+def inert(meaning: str, *accepts: Any) -> KeyMeaning:
+    """A Trinity-only key that changes nothing here at `accepts` (ANY: at every value)."""
+    return KeyMeaning("no effect", meaning, accepts or ANY)
 
 
 TRINITY_KEYS: dict[str, KeyMeaning] = {
@@ -148,6 +159,174 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "(default <run dir>/buffer/pipeline_input.jsonl), when there are operators; database URLs refused",
     ),
 }
+
+
+TRINITY_KEYS.update(
+    {
+        # top level, cluster
+        "ignore_validator_suggestions": inert(
+            "Trinity's GPU-memory validator's suggestions; there is no such validator here"
+        ),
+        "cluster.ray_address": inert(
+            "there is no Ray here: each service's address is services.<name>.host / port", "auto"
+        ),
+        # model
+        "model.trust_remote_code": inert(
+            "models load without remote code here (true refused: use a model transformers supports)", False
+        ),
+        "model.repetition_penalty": inert("1.0 only: the samplers here have no repetition penalty", 1.0, 1),
+        "model.rope_scaling": inert(
+            "RoPE overrides are not applied here: edit the model's config.json", None
+        ),
+        "model.rope_theta": inert("RoPE overrides are not applied here: edit the model's config.json", None),
+        "model.fully_sharded_loras": inert(
+            "vLLM LoRA serving (vLLM gets merged weights here; unread in Trinity too)"
+        ),
+        "model.max_cpu_loras": inert(
+            "vLLM LoRA serving (vLLM gets merged weights here; unread in Trinity too)"
+        ),
+        # algorithm, trainer, monitor, synchronizer
+        "algorithm.optimizer.optimizer_type": inert(
+            "AdamW is the optimizer here (adam/adamw accepted)", "adam", "adamw"
+        ),
+        "algorithm.optimizer.clip_grad": inert(
+            "the Megatron optimizer's clip (no Megatron here); the clip is trainer.grad_clip"
+        ),
+        "trainer.trainer_strategy": inert(
+            "fsdp/fsdp2 accepted: the parallelism here is trainer.strategy (single or fsdp2); megatron refused",
+            "fsdp",
+            "fsdp2",
+        ),
+        "trainer.save_hf_checkpoint": inert(
+            "every full checkpoint holds the model in HF format here (model/): always and last accepted, never refused",
+            "always",
+            "last",
+        ),
+        "trainer.fix_actor_microbatch_loss_scale": inert(
+            "micro-batch losses are always scaled to the exact batch loss here (what true fixes in veRL)"
+        ),
+        "monitor.detailed_stats": inert(
+            "false only: eval metrics here are mean@k / best@k per taskset (see docs/algorithms.md)", False
+        ),
+        "synchronizer.wait_for_checkpoint": inert("unread in Trinity v0.5.2 too"),
+        # explorer: Trinity's serve mode and scheduling knobs
+        "explorer.runner_num": inert("deprecated in Trinity (a warning only); runners are runner_per_model"),
+        "explorer.concurrent_mode": inert(
+            "how a runner runs a task's repeats: here they are one request of n samples, the same rollouts in any mode"
+        ),
+        "explorer.runner_state_report_interval": inert(
+            "runner state: `trinity status` shows it on demand here"
+        ),
+        "explorer.proxy_port": inert("Trinity's serve-mode proxy (no serve mode here)", 8010),
+        "explorer.listen_address": inert("Trinity's serve-mode proxy (no serve mode here)", "0.0.0.0"),
+        "explorer.service_status_check_interval": inert(
+            "Trinity's serve-mode proxy (no serve mode here)", 60
+        ),
+        "explorer.min_running_model_num": inert("Trinity's serve-mode proxy (no serve mode here)", 1),
+        "explorer.db_url": inert("Trinity's serve-mode proxy history (no serve mode here)", None),
+        "explorer.over_rollout.ratio": inert("0 only: every step waits for all its tasks here", 0, 0.0),
+        "explorer.over_rollout.wait_after_min": inert("used with over_rollout.ratio > 0, refused here"),
+        "explorer.over_rollout": inert("see over_rollout.ratio", {}),
+        "explorer.dynamic_timeout.enable": inert("false only: the timeout is explorer.max_timeout", False),
+        "explorer.dynamic_timeout.ratio": inert("used with dynamic_timeout.enable, refused here"),
+        "explorer.dynamic_timeout": inert("see dynamic_timeout.enable", {}),
+        # per-engine overrides of model.* (Trinity copies model.* into them when unset)
+        **{
+            f"explorer.{engine}.{key}": inert(
+                f"unset only: the engines here use model.{key} (set it there)", None
+            )
+            for engine in ("rollout_model", "auxiliary_models[*]")
+            for key in (
+                "min_response_tokens",
+                "enable_prompt_truncation",
+                "repetition_penalty",
+                "chat_template",
+            )
+        },
+        **{
+            f"explorer.rollout_model.{key}": inert(
+                f"unset only: the rollout engines use model.{key} (set it there)", None
+            )
+            for key in ("max_prompt_tokens", "max_response_tokens", "enable_thinking")
+        },
+        "explorer.rollout_model.name": inert("a label: the rollout model is named by model.model_path here"),
+        "explorer.auxiliary_models[*].name": inert("a label: auxiliary models are named by model_path here"),
+        "explorer.rollout_model.trust_remote_code": inert("models load without remote code here", False),
+        "explorer.auxiliary_models[*].trust_remote_code": inert(
+            "models load without remote code here", False
+        ),
+        "explorer.rollout_model.ignore_eos": inert("false only (a vLLM testing knob)", False),
+        "explorer.auxiliary_models[*].ignore_eos": inert("false only (a vLLM testing knob)", False),
+        "explorer.auxiliary_models[*].use_v1": inert("current vLLM has only its V1 engine", True),
+        "explorer.auxiliary_models[*].enable_chunked_prefill": inert(
+            "a scheduling choice of vLLM that changes no output; the rollout model's setting is used"
+        ),
+        "explorer.auxiliary_models[*].gpu_memory_utilization": inert(
+            "GPU memory: the rollout model's gpu_memory_utilization is used (0.9 accepted)", 0.9
+        ),
+        "explorer.auxiliary_models[*].enable_log_requests": inert(
+            "the rollout model's enable_log_requests is used (false accepted)", False
+        ),
+        "explorer.auxiliary_models[*].enable_auto_tool_choice": inert(
+            "the auxiliary model's OpenAI API uses the rollout model's parsers (false accepted)", False
+        ),
+        "explorer.auxiliary_models[*].tool_call_parser": inert(
+            "the auxiliary model's OpenAI API uses the rollout model's parsers", None
+        ),
+        "explorer.auxiliary_models[*].reasoning_parser": inert(
+            "the auxiliary model's OpenAI API uses the rollout model's parsers", None
+        ),
+        "explorer.auxiliary_models[*].external_model_config.enable": inert(
+            "a remote model is not supported (see model.external_model)", False
+        ),
+        **{
+            f"explorer.auxiliary_models[*].external_model_config.{key}": inert(
+                "used only with external_model_config.enable, refused here"
+            )
+            for key in ("model_name", "base_url_env", "api_key_env")
+        },
+        "explorer.auxiliary_models[*].external_model_config": inert("see external_model_config.enable", {}),
+        # buffer
+        "buffer.*.max_retry_times": inert(
+            "SQL session retries: the buffer service owns its SQLite files here; clients retry on their own"
+        ),
+        "buffer.*.max_retry_interval": inert(
+            "SQL session retries: the buffer service owns its SQLite files here; clients retry on their own"
+        ),
+        "buffer.*.format.workflow_key": inert("empty only: one workflow per taskset here", ""),
+        "buffer.*.format.reward_fn_key": inert("empty only: one reward fn per taskset here", ""),
+        "buffer.*.format.enable_thinking": inert("unset only: model.enable_thinking is used", None),
+        "buffer.explorer_input.tasksets": KeyMeaning(
+            "rejected",
+            "several training tasksets are not supported yet: give one as buffer.explorer_input.taskset",
+        ),
+        "buffer.explorer_input.tasksets[*].*": KeyMeaning("rejected", "see buffer.explorer_input.tasksets"),
+        # data_processor, stages
+        "data_processor.task_pipeline.*": KeyMeaning(
+            "rejected", "task operators (Data-Juicer) are not implemented: prepare the task file beforehand"
+        ),
+    }
+)
+
+
+def strip_inert(raw: Any, prefix: str = "") -> Any:
+    """`raw` without the `no effect` keys at values that change nothing here (children first, so a
+    section left empty can go too); any other value of such a key raises ValueError with its meaning."""
+    if isinstance(raw, list):
+        return [strip_inert(item, f"{prefix}[{i}]") for i, item in enumerate(raw)]
+    if not isinstance(raw, dict):
+        return raw
+    out = {}
+    for key, value in raw.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        value = strip_inert(value, path)
+        entry = meaning_of(path)
+        if entry is not None and entry.accepts:
+            if entry.accepts is ANY or value in entry.accepts:
+                continue
+            raise ValueError(f"{path} {value!r}: {entry.meaning}")
+        out[key] = value
+    return out
 
 
 def meaning_of(key_path: str) -> KeyMeaning | None:
