@@ -124,15 +124,28 @@ class LeaderEngine:
         return call
 
     def shutdown(self) -> None:
-        """Release the followers (they return from follow())."""
+        """Release the followers (they return from follow()), then leave the group with them."""
         broadcast(("stop", ()), self._ctx)
+        leave_group()
+
+
+def leave_group() -> None:
+    """Every rank, at the end: wait for the others, then destroy the process group. A rank that just
+    exits while another still holds the group's connections can die in gloo's threads at interpreter
+    exit (SIGABRT, "terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def follow(engine: Any, ctx: DistContext) -> None:
-    """Ranks > 0: run rank 0's collective engine calls until it says stop."""
+    """Ranks > 0: run rank 0's collective engine calls until it says stop, then leave the group."""
     while True:
         name, args = broadcast(None, ctx)
         if name == "stop":
+            leave_group()
             return
         if name not in _COLLECTIVE:
             raise FailedPrecondition(f"rank 0 sent an unknown command {name!r}")
