@@ -92,3 +92,12 @@ def test_a_stage_cannot_have_its_own_data_processor() -> None:
     stage = {"stage_name": "s1", "data_processor": {"experience_pipeline": {"operators": []}}}
     with pytest.raises(ConfigError, match="a per-stage data_processor is not supported"):
         validate_config({"stages": [stage]})
+
+
+def test_no_inert_entry_shadows_a_key_of_the_schema() -> None:
+    # the loader drops `no effect` keys before validation: one that is also ours would be lost
+    from scripts.trinity_compat_doc import our_key_paths
+
+    ours, _leaves = our_key_paths()
+    concrete = {key.replace("buffer.*.", "buffer.explorer_input.taskset.") for key in INERT}
+    assert not concrete & ours, sorted(concrete & ours)
