@@ -96,19 +96,19 @@ def array_from_proto(msg: pb.Array, field: str, *, expect: str) -> np.ndarray | 
 
 def dict_to_struct(data: dict[str, Any] | None, out: struct_pb2.Struct) -> None:
     if data:
-        out.update(_jsonable(data))
+        out.update(jsonable(data))
 
 
 def struct_to_dict(msg: struct_pb2.Struct) -> dict[str, Any]:
     return MessageToDict(msg) if msg.fields else {}
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Struct holds JSON values only: turn numpy scalars/arrays and tuples into plain types."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

@@ -173,13 +173,7 @@ class Explorer:
         self.resolve = TaskResolver(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
-        self.input_log = (
-            PipelineInputLog(
-                dp.input_save_path or os.path.join(cfg.run_dir, "buffer", "pipeline_input.jsonl")
-            )
-            if dp is not None and dp.operators and dp.save_input
-            else None
-        )
+        self.input_log = PipelineInputLog.from_config(cfg)
         inputs = cfg.buffer.explorer_input
         self.taskset = inputs.taskset
         self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from services.common.config.base import Section
+from services.common.config.base import Section, read_file_key
 from services.common.config.lora import LoRAConfig
 
 
@@ -70,18 +69,7 @@ class ModelConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _read_chat_template_path(cls, data: Any) -> Any:
-        path = data.get("chat_template_path") if isinstance(data, dict) else None
-        if path is None:
-            return data
-        try:
-            template = pathlib.Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"model.chat_template_path {path!r}: cannot read it ({exc.strerror})") from exc
-        if data.get("custom_chat_template") not in (None, template):
-            raise ValueError(
-                "model.chat_template_path and model.custom_chat_template are one setting; give one"
-            )
-        return {**data, "custom_chat_template": template}
+        return read_file_key(data, "chat_template_path", "custom_chat_template", "model")
 
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
 
-from services.common.config.base import Section
+from services.common.config.base import Section, read_file_key
 from services.common.config.verl import check_trainer_config, mapped_settings
 
 
@@ -71,24 +70,7 @@ class TrainerConfig(Section):
     @model_validator(mode="before")
     @classmethod
     def _read_trainer_config_path(cls, data: Any) -> Any:
-        path = data.get("trainer_config_path") if isinstance(data, dict) else None
-        if path is None:
-            return data
-        try:
-            tree = yaml.safe_load(pathlib.Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ValueError(
-                f"trainer.trainer_config_path {path!r}: cannot read it ({exc.strerror})"
-            ) from exc
-        except yaml.YAMLError as exc:
-            raise ValueError(f"trainer.trainer_config_path {path!r}: not YAML ({exc})") from exc
-        if not isinstance(tree, dict):
-            raise ValueError(f"trainer.trainer_config_path {path!r}: expected a mapping of veRL keys")
-        if data.get("trainer_config") not in (None, tree):
-            raise ValueError(
-                "trainer.trainer_config_path and trainer.trainer_config are one setting; give one"
-            )
-        return {**data, "trainer_config": tree}
+        return read_file_key(data, "trainer_config_path", "trainer_config", "trainer", _verl_tree)
 
     @model_validator(mode="after")
     def _check_trinity_keys(self) -> TrainerConfig:
@@ -146,3 +128,14 @@ class TrainerConfig(Section):
     def effective_checkpoints_to_keep(self) -> int:
         """max_checkpoints_to_keep, or trainer_config's trainer.max_actor_ckpt_to_keep."""
         return int(self._from_verl("max_checkpoints_to_keep"))
+
+
+def _verl_tree(text: str) -> dict[str, Any]:
+    """trainer_config_path's file: a YAML mapping of veRL keys."""
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"trainer.trainer_config_path: not YAML ({exc})") from exc
+    if not isinstance(tree, dict):
+        raise ValueError("trainer.trainer_config_path: expected a mapping of veRL keys")
+    return tree

@@ -14,21 +14,9 @@ import os
 import pathlib
 from typing import Any
 
-import numpy as np
-
+from services.common.config.schema import TrinityConfig
 from services.common.experience import Experience
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+from services.common.wire import jsonable
 
 
 def experience_record(step: int, exp: Experience) -> dict[str, Any]:
@@ -42,13 +30,13 @@ def experience_record(step: int, exp: Experience) -> dict[str, Any]:
         "reward": exp.reward,
         "prompt_length": exp.prompt_length,
         "response_length": exp.response_length,
-        "tokens": _plain(exp.tokens),
-        "logprobs": _plain(exp.logprobs),
-        "action_mask": _plain(exp.action_mask),
+        "tokens": jsonable(exp.tokens),
+        "logprobs": jsonable(exp.logprobs),
+        "action_mask": jsonable(exp.action_mask),
         "prompt_text": exp.prompt_text,
         "response_text": exp.response_text,
-        "info": _plain(exp.info),
-        "metrics": _plain(exp.metrics),
+        "info": jsonable(exp.info),
+        "metrics": jsonable(exp.metrics),
     }
 
 
@@ -57,6 +45,15 @@ class PipelineInputLog:
 
     def __init__(self, path: str) -> None:
         self.path = pathlib.Path(path)
+
+    @classmethod
+    def from_config(cls, cfg: TrinityConfig) -> PipelineInputLog | None:
+        """The log save_input asks for (default <run dir>/buffer/pipeline_input.jsonl), or None:
+        without operators the buffer holds exactly the input."""
+        dp = cfg.data_processor.experience_pipeline
+        if dp is None or not dp.operators or not dp.save_input:
+            return None
+        return cls(dp.input_save_path or os.path.join(cfg.run_dir, "buffer", "pipeline_input.jsonl"))
 
     def append(self, step: int, exps: list[Experience]) -> None:
         text = "".join(json.dumps(experience_record(step, e), ensure_ascii=False) + "\n" for e in exps)
