@@ -202,6 +202,9 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
             except TrinityError as exc:
                 report.problem(f"{prefix}{part_key}", str(exc))
                 continue
+            if registry is WORKFLOWS and isinstance(part, type) and hasattr(part, "preflight"):
+                for message in part.preflight(dict(section.workflow_args)):
+                    report.problem(f"{prefix}{part_key}", message)
             if registry is REWARD_FUNCTIONS and section.reward_fn_args:
                 _check_reward_args(part, section.reward_fn_args, f"{prefix}{key}.reward_fn_args", report)
     pipeline = stage.data_processor.experience_pipeline

@@ -44,6 +44,7 @@ class Experience:
     returns: np.ndarray | None = None
     task_id: str = ""
     run_id: int = 0
+    step: int = 0
     group_id: str = ""
     batch_id: int = 0
     producer: str = ""
@@ -55,17 +56,49 @@ class Experience:
     is_eval: bool = False
     response_text: str = ""
     prompt_text: str = ""
+    teacher_logprobs: np.ndarray | None = None
 
     @property
     def response_length(self) -> int:
         return int(self.tokens.shape[0]) - self.prompt_length
+
+    @property
+    def eid(self) -> ExperienceId:
+        """Trinity's `exp.eid` (task, run, step, batch) as a view of this experience's id fields."""
+        return ExperienceId(self)
 
     def validate(self, where: str = "experience") -> None:
         """Raise InvalidArgument naming the field when the arrays or scalars are inconsistent."""
         validate_experience(self, where)
 
 
-_RESPONSE_ARRAYS = ("logprobs", "action_mask", "token_level_rewards", "advantages", "returns")
+class ExperienceId:
+    """`exp.eid.task / .run / .step / .batch` read and write task_id, run_id, step, batch_id."""
+
+    _FIELDS = {"task": "task_id", "run": "run_id", "step": "step", "batch": "batch_id"}
+
+    def __init__(self, exp: Experience) -> None:
+        object.__setattr__(self, "_exp", exp)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._FIELDS:
+            raise AttributeError(f"eid has no {name!r}; it has {', '.join(self._FIELDS)}")
+        return getattr(self._exp, self._FIELDS[name])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._FIELDS:
+            raise AttributeError(f"eid has no {name!r}; it has {', '.join(self._FIELDS)}")
+        setattr(self._exp, self._FIELDS[name], value)
+
+
+_RESPONSE_ARRAYS = (
+    "logprobs",
+    "action_mask",
+    "token_level_rewards",
+    "advantages",
+    "returns",
+    "teacher_logprobs",
+)
 
 
 def validate_experience(exp: Experience, where: str = "experience") -> None:

@@ -130,7 +130,7 @@ def experience_to_proto(exp: Experience, out: pb.Experience | None = None) -> pb
     msg.model_version = exp.model_version
     ids = msg.ids
     ids.task_id, ids.run_id, ids.group_id = exp.task_id, exp.run_id, exp.group_id
-    ids.batch_id, ids.producer = exp.batch_id, exp.producer
+    ids.batch_id, ids.producer, ids.step = exp.batch_id, exp.producer, exp.step
     for key, value in exp.metrics.items():
         msg.metrics[key] = float(value)
     dict_to_struct(exp.info, msg.info)
@@ -142,6 +142,7 @@ def experience_to_proto(exp: Experience, out: pb.Experience | None = None) -> pb
     msg.is_eval = exp.is_eval
     msg.response_text = exp.response_text
     msg.prompt_text = exp.prompt_text
+    array_to_proto(exp.teacher_logprobs, msg.teacher_logprobs)
     return msg
 
 
@@ -166,6 +167,7 @@ def experience_from_proto(msg: pb.Experience, where: str = "experience") -> Expe
         returns=array_from_proto(msg.returns, f"{where}.returns", expect="float"),
         task_id=msg.ids.task_id,
         run_id=int(msg.ids.run_id),
+        step=int(msg.ids.step),
         group_id=msg.ids.group_id,
         batch_id=int(msg.ids.batch_id),
         producer=msg.ids.producer,
@@ -177,6 +179,7 @@ def experience_from_proto(msg: pb.Experience, where: str = "experience") -> Expe
         is_eval=msg.is_eval,
         response_text=msg.response_text,
         prompt_text=msg.prompt_text,
+        teacher_logprobs=array_from_proto(msg.teacher_logprobs, f"{where}.teacher_logprobs", expect="float"),
     )
     exp.validate(where)
     return exp

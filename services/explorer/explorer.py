@@ -32,6 +32,7 @@ from services.common.monitor import peak_rss_mb
 from services.explorer.eval import Evaluator
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.pipeline.input_log import PipelineInputLog
+from services.explorer.pipeline.step_wise import explorer_side_advantage
 from services.explorer.rewards import REWARD_FUNCTIONS
 from services.explorer.runner import UnitResult, WorkflowRunner
 from services.explorer.weight_sync import WeightSync
@@ -173,6 +174,9 @@ class Explorer:
         self.resolve = TaskResolver(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
+        advantage = explorer_side_advantage(cfg)
+        if advantage is not None:
+            self.pipeline.operators.append(advantage)
         self.input_log = PipelineInputLog.from_config(cfg)
         inputs = cfg.buffer.explorer_input
         self.taskset = inputs.taskset

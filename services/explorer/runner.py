@@ -81,6 +81,7 @@ def normalize_experience(exp: Any, version: int) -> Experience:
         "returns",
         "chosen",
         "rejected",
+        "teacher_logprobs",
     ):
         value = getattr(exp, name, None)
         if value is None or isinstance(value, np.ndarray):
@@ -257,10 +258,14 @@ class WorkflowRunner:
     def _stamp(self, exps: list[Any], task: Task, run_index: int | None) -> list[Experience]:
         version = self.version_fn()
         out = []
+        # one run, several experiences (one per model call) that left `step` unset: number them
+        number_steps = run_index is not None and all(getattr(e, "step", 0) == 0 for e in exps)
         for i, exp in enumerate(exps):
             exp = normalize_experience(exp, version)
             exp.task_id = task.task_id
             exp.run_id = run_index if run_index is not None else i
+            if number_steps:
+                exp.step = i
             exp.is_eval = task.is_eval
             exp.info.setdefault("taskset", task.taskset)
             out.append(exp)

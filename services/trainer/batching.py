@@ -159,6 +159,12 @@ def _group_index(experiences: Sequence[_Row]) -> list[int]:
     return out
 
 
+def _run_index(rows: Sequence[_Row], groups: list[int]) -> list[int]:
+    """Rows of one run (same group, same run id) share an index, in order of first appearance."""
+    seen: dict[tuple[int, int], int] = {}
+    return [seen.setdefault((g, r.exp.run_id), len(seen)) for g, r in zip(groups, rows, strict=True)]
+
+
 def _token_field(rows: list[_Row], name: str, width: int) -> Tensor | None:
     """Stack an optional per-response-token array; None unless every row carries it."""
     arrays = [getattr(r.exp, name) for r in rows]
@@ -217,17 +223,21 @@ def build_batch(
         response_lengths=torch.tensor([len(r.response) for r in rows], dtype=torch.long),
     )
     pairs = [r.pair for r in rows]
+    groups = _group_index(rows)
     train = TrainBatch(
         action_mask=action_mask,
         old_logprob=old_logprob,
         rewards=torch.tensor([float(r.exp.reward or 0.0) for r in rows], dtype=torch.float32),
-        group_index=torch.tensor(_group_index(rows), dtype=torch.long),
+        group_index=torch.tensor(groups, dtype=torch.long),
         model_version=torch.tensor([r.exp.model_version for r in rows], dtype=torch.long),
         token_level_rewards=_token_field(rows, "token_level_rewards", t),
         advantages=_token_field(rows, "advantages", t),
         returns=_token_field(rows, "returns", t),
         is_expert=torch.tensor([r.is_expert for r in rows], dtype=torch.bool),
         pair_index=torch.tensor(pairs, dtype=torch.long) if all(x >= 0 for x in pairs) else None,
+        run_index=torch.tensor(_run_index(rows, groups), dtype=torch.long),
+        step_index=torch.tensor([r.exp.step for r in rows], dtype=torch.long),
+        teacher_logprob=_token_field(rows, "teacher_logprobs", t),
     )
     return Batch(inputs, train, needs_logprob)
 

@@ -30,6 +30,7 @@ EXPERIENCE_OPERATORS = Registry(
         "group_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
         "grpo_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
         "pass_rate_calculator": "services.explorer.pipeline.operators:PassRateCalculator",
+        "step_wise_grpo": "services.explorer.pipeline.step_wise:StepWiseGRPO",
     },
 )
 

@@ -17,6 +17,7 @@ WORKFLOWS = Registry(
         "arith_workflow": "services.explorer.workflows.math:ArithWorkflow",
         "step_wise_env_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
         "multi_turn_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
+        "step_wise_chat_env_workflow": "services.explorer.workflows.step_wise:ChatEnvWorkflow",
     },
 )
 

@@ -14,6 +14,7 @@ worker thread) or `run_async()` (run on the explorer's event loop; set `is_async
 from __future__ import annotations
 
 import copy
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,11 +132,33 @@ class Workflow:
       repeat_times and calls run() once; otherwise the runner calls run() repeat_times times.
     - `can_reset`: reuse one instance across tasks through reset(task) (or override resettable()).
     - `is_async`: the runner awaits run_async() on its event loop instead of run() in a thread.
+    - `requires`: (import name, what to install) of packages the workflow cannot run without;
+      `trinity config check` and the explorer's start-up report the missing ones (`preflight`).
     """
 
     can_repeat: bool = False
     can_reset: bool = False
     is_async: bool = False
+    requires: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def preflight(cls, workflow_args: dict[str, Any]) -> list[str]:
+        """Problems that stop this workflow before its first task (missing packages or data).
+
+        The default checks `requires`; environment workflows extend it (data paths in
+        `workflow_args`). Each problem is one sentence naming what is missing and how to get it.
+        """
+        problems = []
+        for module, install in cls.requires:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                problems.append(
+                    f"{cls.__name__} needs the Python package {module!r}, which is not installed ({install})"
+                )
+        return problems
 
     def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
         self.task = task

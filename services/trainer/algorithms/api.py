@@ -52,6 +52,9 @@ class TrainBatch:
     returns: Tensor | None = None  # [B, T] filled by compute_advantages (critic targets)
     is_expert: Tensor | None = None  # [B] bool, rows from the SFT/expert buffer (mix)
     pair_index: Tensor | None = None  # [B] long, DPO: rows 2k (chosen) and 2k+1 (rejected) share a pair
+    run_index: Tensor | None = None  # [B] long, rows of one run (multi-step rollout) share it
+    step_index: Tensor | None = None  # [B] long, position of the row's model call within its run
+    teacher_logprob: Tensor | None = None  # [B, T] teacher logprobs (on-policy distillation)
 
     @property
     def batch_size(self) -> int:

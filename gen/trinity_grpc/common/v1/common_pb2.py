@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#trinity_grpc/common/v1/common.proto\x12\x16trinity_grpc.common.v1\x1a\x1cgoogle/protobuf/struct.proto\"r\n\x05\x41rray\x12\x32\n\x05\x64type\x18\x01 \x01(\x0e\x32#.trinity_grpc.common.v1.ElementType\x12\x0b\n\x03raw\x18\x02 \x01(\x0c\x12\x12\n\nint_values\x18\x03 \x03(\x03\x12\x14\n\x0c\x66loat_values\x18\x04 \x03(\x01\"T\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12&\n\x05\x65xtra\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"f\n\rExperienceIds\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\x03\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x04 \x01(\x03\x12\x10\n\x08producer\x18\x05 \x01(\t\"\xc5\x06\n\nExperience\x12-\n\x06tokens\x18\x01 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x15\n\rprompt_length\x18\x02 \x01(\x03\x12/\n\x08logprobs\x18\x03 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x32\n\x0b\x61\x63tion_mask\x18\x04 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x13\n\x06reward\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12:\n\x13token_level_rewards\x18\x06 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x31\n\nadvantages\x18\x07 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12.\n\x07returns\x18\x08 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x1a\n\rmodel_version\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x32\n\x03ids\x18\n \x01(\x0b\x32%.trinity_grpc.common.v1.ExperienceIds\x12@\n\x07metrics\x18\x0b \x03(\x0b\x32/.trinity_grpc.common.v1.Experience.MetricsEntry\x12%\n\x04info\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x35\n\x08messages\x18\r \x03(\x0b\x32#.trinity_grpc.common.v1.ChatMessage\x12-\n\x06\x63hosen\x18\x0e \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12/\n\x08rejected\x18\x0f \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x0f\n\x07is_eval\x18\x10 \x01(\x08\x12\x15\n\rresponse_text\x18\x11 \x01(\t\x12\x13\n\x0bprompt_text\x18\x12 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\t\n\x07_rewardB\x10\n\x0e_model_version\"\xbb\x02\n\x04Task\x12\x10\n\x08workflow\x18\x01 \x01(\t\x12\x11\n\treward_fn\x18\x02 \x01(\t\x12)\n\x08raw_task\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12,\n\x0b\x66ormat_args\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12-\n\x0crollout_args\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\rworkflow_args\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07is_eval\x18\x07 \x01(\x08\x12\x0f\n\x07task_id\x18\x08 \x01(\t\x12\r\n\x05index\x18\t \x01(\x03\x12\x0f\n\x07taskset\x18\n \x01(\t\x12\x14\n\x0crepeat_times\x18\x0b \x01(\x03\"N\n\x0cModelVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x02 \x01(\t\x12\x14\n\x0cpublished_at\x18\x03 \x01(\x01\";\n\x0b\x45rrorDetail\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xbd\x01\n\x0bServiceInfo\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08uptime_s\x18\x03 \x01(\x01\x12=\n\x05stats\x18\x04 \x03(\x0b\x32..trinity_grpc.common.v1.ServiceInfo.StatsEntry\x12\r\n\x05state\x18\x05 \x01(\t\x1a,\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\xa6\x01\n\x0b\x45lementType\x12\x1c\n\x18\x45LEMENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45LEMENT_TYPE_INT32\x10\x01\x12\x16\n\x12\x45LEMENT_TYPE_INT64\x10\x02\x12\x18\n\x14\x45LEMENT_TYPE_FLOAT32\x10\x03\x12\x18\n\x14\x45LEMENT_TYPE_FLOAT64\x10\x04\x12\x15\n\x11\x45LEMENT_TYPE_BOOL\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#trinity_grpc/common/v1/common.proto\x12\x16trinity_grpc.common.v1\x1a\x1cgoogle/protobuf/struct.proto\"r\n\x05\x41rray\x12\x32\n\x05\x64type\x18\x01 \x01(\x0e\x32#.trinity_grpc.common.v1.ElementType\x12\x0b\n\x03raw\x18\x02 \x01(\x0c\x12\x12\n\nint_values\x18\x03 \x03(\x03\x12\x14\n\x0c\x66loat_values\x18\x04 \x03(\x01\"T\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12&\n\x05\x65xtra\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"t\n\rExperienceIds\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\x03\x12\x10\n\x08group_id\x18\x03 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x04 \x01(\x03\x12\x10\n\x08producer\x18\x05 \x01(\t\x12\x0c\n\x04step\x18\x06 \x01(\x03\"\xfe\x06\n\nExperience\x12-\n\x06tokens\x18\x01 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x15\n\rprompt_length\x18\x02 \x01(\x03\x12/\n\x08logprobs\x18\x03 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x32\n\x0b\x61\x63tion_mask\x18\x04 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x13\n\x06reward\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12:\n\x13token_level_rewards\x18\x06 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x31\n\nadvantages\x18\x07 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12.\n\x07returns\x18\x08 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x1a\n\rmodel_version\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x32\n\x03ids\x18\n \x01(\x0b\x32%.trinity_grpc.common.v1.ExperienceIds\x12@\n\x07metrics\x18\x0b \x03(\x0b\x32/.trinity_grpc.common.v1.Experience.MetricsEntry\x12%\n\x04info\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x35\n\x08messages\x18\r \x03(\x0b\x32#.trinity_grpc.common.v1.ChatMessage\x12-\n\x06\x63hosen\x18\x0e \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12/\n\x08rejected\x18\x0f \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x12\x0f\n\x07is_eval\x18\x10 \x01(\x08\x12\x15\n\rresponse_text\x18\x11 \x01(\t\x12\x13\n\x0bprompt_text\x18\x12 \x01(\t\x12\x37\n\x10teacher_logprobs\x18\x13 \x01(\x0b\x32\x1d.trinity_grpc.common.v1.Array\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\t\n\x07_rewardB\x10\n\x0e_model_version\"\xbb\x02\n\x04Task\x12\x10\n\x08workflow\x18\x01 \x01(\t\x12\x11\n\treward_fn\x18\x02 \x01(\t\x12)\n\x08raw_task\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12,\n\x0b\x66ormat_args\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12-\n\x0crollout_args\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\rworkflow_args\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07is_eval\x18\x07 \x01(\x08\x12\x0f\n\x07task_id\x18\x08 \x01(\t\x12\r\n\x05index\x18\t \x01(\x03\x12\x0f\n\x07taskset\x18\n \x01(\t\x12\x14\n\x0crepeat_times\x18\x0b \x01(\x03\"N\n\x0cModelVersion\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x17\n\x0f\x63heckpoint_path\x18\x02 \x01(\t\x12\x14\n\x0cpublished_at\x18\x03 \x01(\x01\";\n\x0b\x45rrorDetail\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05\x66ield\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xbd\x01\n\x0bServiceInfo\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x10\n\x08uptime_s\x18\x03 \x01(\x01\x12=\n\x05stats\x18\x04 \x03(\x0b\x32..trinity_grpc.common.v1.ServiceInfo.StatsEntry\x12\r\n\x05state\x18\x05 \x01(\t\x1a,\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\xa6\x01\n\x0b\x45lementType\x12\x1c\n\x18\x45LEMENT_TYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45LEMENT_TYPE_INT32\x10\x01\x12\x16\n\x12\x45LEMENT_TYPE_INT64\x10\x02\x12\x18\n\x14\x45LEMENT_TYPE_FLOAT32\x10\x03\x12\x18\n\x14\x45LEMENT_TYPE_FLOAT64\x10\x04\x12\x15\n\x11\x45LEMENT_TYPE_BOOL\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,26 +36,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EXPERIENCE_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_SERVICEINFO_STATSENTRY']._loaded_options = None
   _globals['_SERVICEINFO_STATSENTRY']._serialized_options = b'8\001'
-  _globals['_ELEMENTTYPE']._serialized_start=1891
-  _globals['_ELEMENTTYPE']._serialized_end=2057
+  _globals['_ELEMENTTYPE']._serialized_start=1962
+  _globals['_ELEMENTTYPE']._serialized_end=2128
   _globals['_ARRAY']._serialized_start=93
   _globals['_ARRAY']._serialized_end=207
   _globals['_CHATMESSAGE']._serialized_start=209
   _globals['_CHATMESSAGE']._serialized_end=293
   _globals['_EXPERIENCEIDS']._serialized_start=295
-  _globals['_EXPERIENCEIDS']._serialized_end=397
-  _globals['_EXPERIENCE']._serialized_start=400
-  _globals['_EXPERIENCE']._serialized_end=1237
-  _globals['_EXPERIENCE_METRICSENTRY']._serialized_start=1162
-  _globals['_EXPERIENCE_METRICSENTRY']._serialized_end=1208
-  _globals['_TASK']._serialized_start=1240
-  _globals['_TASK']._serialized_end=1555
-  _globals['_MODELVERSION']._serialized_start=1557
-  _globals['_MODELVERSION']._serialized_end=1635
-  _globals['_ERRORDETAIL']._serialized_start=1637
-  _globals['_ERRORDETAIL']._serialized_end=1696
-  _globals['_SERVICEINFO']._serialized_start=1699
-  _globals['_SERVICEINFO']._serialized_end=1888
-  _globals['_SERVICEINFO_STATSENTRY']._serialized_start=1844
-  _globals['_SERVICEINFO_STATSENTRY']._serialized_end=1888
+  _globals['_EXPERIENCEIDS']._serialized_end=411
+  _globals['_EXPERIENCE']._serialized_start=414
+  _globals['_EXPERIENCE']._serialized_end=1308
+  _globals['_EXPERIENCE_METRICSENTRY']._serialized_start=1233
+  _globals['_EXPERIENCE_METRICSENTRY']._serialized_end=1279
+  _globals['_TASK']._serialized_start=1311
+  _globals['_TASK']._serialized_end=1626
+  _globals['_MODELVERSION']._serialized_start=1628
+  _globals['_MODELVERSION']._serialized_end=1706
+  _globals['_ERRORDETAIL']._serialized_start=1708
+  _globals['_ERRORDETAIL']._serialized_end=1767
+  _globals['_SERVICEINFO']._serialized_start=1770
+  _globals['_SERVICEINFO']._serialized_end=1959
+  _globals['_SERVICEINFO_STATSENTRY']._serialized_start=1915
+  _globals['_SERVICEINFO_STATSENTRY']._serialized_end=1959
 # @@protoc_insertion_point(module_scope)

@@ -144,6 +144,7 @@ class ExperienceIds(_message.Message):
     GROUP_ID_FIELD_NUMBER: _builtins.int
     BATCH_ID_FIELD_NUMBER: _builtins.int
     PRODUCER_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     """Task identifier (unique within its taskset)."""
     run_id: _builtins.int
@@ -154,6 +155,10 @@ class ExperienceIds(_message.Message):
     """Explorer batch (step) that produced the experience."""
     producer: _builtins.str
     """Explorer that produced it; empty for external agents that do not set it."""
+    step: _builtins.int
+    """Position of this model call within its run (0-based), for multi-step workflows that write
+    one experience per call (multi_step_grpo); 0 for single-call runs.
+    """
     def __init__(
         self,
         *,
@@ -162,10 +167,11 @@ class ExperienceIds(_message.Message):
         group_id: _builtins.str = ...,
         batch_id: _builtins.int = ...,
         producer: _builtins.str = ...,
+        step: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "group_id", b"group_id", "producer", b"producer", "run_id", b"run_id", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_id", b"batch_id", "group_id", b"group_id", "producer", b"producer", "run_id", b"run_id", "step", b"step", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -217,6 +223,7 @@ class Experience(_message.Message):
     IS_EVAL_FIELD_NUMBER: _builtins.int
     RESPONSE_TEXT_FIELD_NUMBER: _builtins.int
     PROMPT_TEXT_FIELD_NUMBER: _builtins.int
+    TEACHER_LOGPROBS_FIELD_NUMBER: _builtins.int
     prompt_length: _builtins.int
     """Number of prompt tokens at the start of `tokens`; 0 <= prompt_length < len(tokens)."""
     reward: _builtins.float
@@ -281,6 +288,12 @@ class Experience(_message.Message):
     def rejected(self) -> Global___Array:
         """DPO: token ids of the rejected response (without the prompt)."""
 
+    @_builtins.property
+    def teacher_logprobs(self) -> Global___Array:
+        """On-policy distillation: per-token log-probabilities of the response under the teacher model
+        (float32), length len(tokens) - prompt_length; empty when there is no teacher.
+        """
+
     def __init__(
         self,
         *,
@@ -302,10 +315,11 @@ class Experience(_message.Message):
         is_eval: _builtins.bool = ...,
         response_text: _builtins.str = ...,
         prompt_text: _builtins.str = ...,
+        teacher_logprobs: Global___Array | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_model_version", b"_model_version", "_reward", b"_reward", "action_mask", b"action_mask", "advantages", b"advantages", "chosen", b"chosen", "ids", b"ids", "info", b"info", "logprobs", b"logprobs", "model_version", b"model_version", "rejected", b"rejected", "returns", b"returns", "reward", b"reward", "token_level_rewards", b"token_level_rewards", "tokens", b"tokens"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_model_version", b"_model_version", "_reward", b"_reward", "action_mask", b"action_mask", "advantages", b"advantages", "chosen", b"chosen", "ids", b"ids", "info", b"info", "logprobs", b"logprobs", "model_version", b"model_version", "rejected", b"rejected", "returns", b"returns", "reward", b"reward", "teacher_logprobs", b"teacher_logprobs", "token_level_rewards", b"token_level_rewards", "tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_model_version", b"_model_version", "_reward", b"_reward", "action_mask", b"action_mask", "advantages", b"advantages", "chosen", b"chosen", "ids", b"ids", "info", b"info", "is_eval", b"is_eval", "logprobs", b"logprobs", "messages", b"messages", "metrics", b"metrics", "model_version", b"model_version", "prompt_length", b"prompt_length", "prompt_text", b"prompt_text", "rejected", b"rejected", "response_text", b"response_text", "returns", b"returns", "reward", b"reward", "token_level_rewards", b"token_level_rewards", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_model_version", b"_model_version", "_reward", b"_reward", "action_mask", b"action_mask", "advantages", b"advantages", "chosen", b"chosen", "ids", b"ids", "info", b"info", "is_eval", b"is_eval", "logprobs", b"logprobs", "messages", b"messages", "metrics", b"metrics", "model_version", b"model_version", "prompt_length", b"prompt_length", "prompt_text", b"prompt_text", "rejected", b"rejected", "response_text", b"response_text", "returns", b"returns", "reward", b"reward", "teacher_logprobs", b"teacher_logprobs", "token_level_rewards", b"token_level_rewards", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__model_version: _TypeAlias = _typing.Literal["model_version"]  # noqa: Y015
     _WhichOneofArgType__model_version: _TypeAlias = _typing.Literal["_model_version", b"_model_version"]  # noqa: Y015

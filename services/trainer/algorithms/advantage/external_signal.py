@@ -1,22 +1,24 @@
-"""Advantage fns that need a signal our experience rows do not carry yet.
+"""Advantage fns driven by a signal beyond the reward: teacher logprobs, run/step ids, baselines.
 
-Each is a pure tensor function (tested by hand) plus a registry adapter that fails at the first batch
-with InvalidArgument naming the missing field, so a Trinity config naming it is accepted by the schema
-but does not train on wrong numbers.
+Each is a pure tensor function (tested by hand) plus a registry adapter. on_policy_distill and jsd
+read `teacher_logprobs` (filled by the on-policy distillation workflows); step_wise_grpo reads the
+run and step ids (and normally arrives computed by the explorer). remax, clipb and clipv still fail
+at the first batch with InvalidArgument naming the signal the rows lack, so a Trinity config naming
+them is accepted by the schema but never trains on wrong numbers.
 
     remax:              returns_t = sum_{t'>=t} r_t' * m;   A_t = returns_t - b * m_t
                         b = the reward of the greedy rollout of the same prompt ("reward_baselines";
                         ReMax, Li et al. arXiv:2310.10505). Missing: the explorer does not roll out a
                         greedy baseline per task.
     on_policy_distill:  A_t = kl_coef * (teacher_logprob_t - old_logprob_t) * m_t   (default kl_coef 1.0;
-                        Tinker's on-policy distillation). Missing: teacher logprobs per token.
+                        Tinker's on-policy distillation). Reads teacher_logprobs.
     jsd:                A_t = -kl_coef * JSD_t * m_t on the sampled token, with p_s = exp(old_logprob),
                         p_t = exp(teacher_logprob), M = lambda * p_t + (1 - lambda) * p_s and
                         JSD_t = lambda * p_t * log(p_t / M) + (1 - lambda) * p_s * log(p_s / M)
                         (0 when lambda is 0 or 1; Trinity's kl_coef 1.0, lambda_coef 0.5).
-                        Missing: teacher logprobs per token.
+                        Reads teacher_logprobs.
     step_wise_grpo:     multi_step_grpo: GRPO over the final step's reward of each run, broadcast to every
-                        step of that run (step_wise.py, tested). Missing: run id / step id of each row.
+                        step of that run (step_wise.py, tested). Reads run / step ids.
     clipb, clipv:       GRPO plus entropy-driven token masks (entropy_clip.py, tested). Missing: the
                         current model's per-token entropy (and clipv's necs) at advantage time.
 """
@@ -30,6 +32,7 @@ from torch import Tensor
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.advantage.base import AdvantageOutput
+from services.trainer.algorithms.advantage.step_wise import step_wise_grpo_advantages
 from services.trainer.algorithms.api import TrainBatch
 
 
@@ -83,12 +86,37 @@ def remax(batch: TrainBatch) -> AdvantageOutput:
     raise _missing("remax", "reward_baselines (the greedy rollout's reward per task)")
 
 
+def _teacher(batch: TrainBatch, name: str) -> Tensor:
+    if batch.teacher_logprob is None:
+        raise _missing(
+            name,
+            "teacher_logprobs per response token (use on_policy_distill_workflow or "
+            "on_policy_distill_math_workflow, which score each rollout with the first auxiliary model)",
+        )
+    return batch.teacher_logprob
+
+
+def _signal_output(advantages: Tensor, metrics: dict[str, float]) -> AdvantageOutput:
+    return AdvantageOutput(advantages, advantages.clone(), metrics)
+
+
 def on_policy_distill(batch: TrainBatch, *, kl_coef: float = 1.0) -> AdvantageOutput:
-    raise _missing("on_policy_distill", "teacher_logprobs per response token")
+    teacher = _teacher(batch, "on_policy_distill")
+    adv = on_policy_distill_advantages(teacher, batch.old_logprob, batch.action_mask, kl_coef=kl_coef)
+    return _signal_output(adv, _masked_mean("reverse_kl", batch.old_logprob - teacher, batch.action_mask))
 
 
 def jsd(batch: TrainBatch, *, kl_coef: float = 1.0, lambda_coef: float = 0.5) -> AdvantageOutput:
-    raise _missing("jsd", "teacher_logprobs per response token")
+    teacher = _teacher(batch, "jsd")
+    adv = jsd_advantages(
+        teacher, batch.old_logprob, batch.action_mask, kl_coef=kl_coef, lambda_coef=lambda_coef
+    )
+    return _signal_output(adv, _masked_mean("jsd", -adv / kl_coef if kl_coef else adv, batch.action_mask))
+
+
+def _masked_mean(name: str, values: Tensor, mask: Tensor) -> dict[str, float]:
+    total = mask.sum()
+    return {f"{name}/mean": float((values * mask).sum() / total) if total > 0 else 0.0}
 
 
 def step_wise_grpo(
@@ -99,8 +127,23 @@ def step_wise_grpo(
     std_cal_level: str = "group",
     std_threshold: float | None = None,
 ) -> AdvantageOutput:
-    """The computation is step_wise.step_wise_grpo_advantages; rows lack run and step ids."""
-    raise _missing("step_wise_grpo", "the run id and step index of each row (multi-step experience)")
+    """Normally computed by the explorer (rows arrive with advantages and skip this step); rows
+    written without them (an external agent) are scored here from their run and step ids, which is
+    exact when every run of a task is in the batch."""
+    if batch.run_index is None or batch.step_index is None:
+        raise _missing("step_wise_grpo", "the run id and step index of each row (multi-step experience)")
+    adv, keep = step_wise_grpo_advantages(
+        batch.rewards,
+        batch.action_mask,
+        batch.group_index,
+        batch.run_index,
+        batch.step_index,
+        epsilon=epsilon,
+        enable_step_norm=enable_step_norm,
+        std_cal_level=std_cal_level,
+        std_threshold=std_threshold,
+    )
+    return AdvantageOutput(adv, adv.clone(), {"filtered_count": float((~keep).sum())}, keep)
 
 
 def clipb(batch: TrainBatch, *, epsilon: float = 1e-6, mu: float = 2.5) -> AdvantageOutput:
