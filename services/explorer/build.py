@@ -134,10 +134,14 @@ def build_runner(
 
 
 def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
-    """OpenAI clients for explorer.auxiliary_models (each served on loopback); returns (clients, closables)."""
+    """ModelWrappers of explorer.auxiliary_models; returns (wrappers, closables).
+
+    Workflows get each as an OpenAI client served on loopback (`auxiliary_models`) and as the
+    wrapper itself (`auxiliary_model_wrappers`: chat, teacher logprobs)."""
     from services.models.loading import load_tokenizer
 
-    clients, owned = [], []
+    wrappers: list[Any] = []
+    owned: list[Any] = []
     for i, aux in enumerate(cfg.explorer.auxiliary_models):
         tokenizer = load_tokenizer(aux.model_path)
         rollout = aux.engine_config(cfg.explorer.rollout_model)
@@ -157,6 +161,7 @@ def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
             reasoning_parser=rollout.reasoning_parser,
             model_name=aux.model_path,
         )
-        clients.append(wrapper.get_openai_client())
+        wrapper.get_openai_client()  # serve it now, not from the first workflow's thread
+        wrappers.append(wrapper)
         owned.extend([wrapper, engine])
-    return clients, owned
+    return wrappers, owned

@@ -73,6 +73,7 @@ class ModelWrapper:
         self.history: list[Experience] = []
         self._history_lock = threading.Lock()
         self._openai_server: Any = None
+        self._openai_client: Any = None
 
     @property
     def model_version(self) -> int:
@@ -205,6 +206,15 @@ class ModelWrapper:
             )
         return [int(t) for t in prompt_ids]
 
+    # --- scoring (a teacher's view of a sequence) ------------------------------------------------
+
+    def logprobs(self, tokens: list[int], temperature: float = 1.0) -> np.ndarray:
+        """float32 [len(tokens) - 1]: logprob of each token after the first given what precedes it."""
+        return self.engine.with_weights_locked(lambda e: e.score_batch([list(tokens)], temperature))[0]
+
+    async def logprobs_async(self, tokens: list[int], temperature: float = 1.0) -> np.ndarray:
+        return (await self.engine.score_async([list(tokens)], temperature))[0]
+
     # --- history and the OpenAI API --------------------------------------------------------------
 
     def extract_experience_from_history(self, clear_history: bool = True) -> list[Experience]:
@@ -238,9 +248,11 @@ class ModelWrapper:
                 "get_openai_client needs the openai package: pip install openai",
                 field="explorer.rollout_model.enable_openai_api",
             ) from exc
-        client = openai.OpenAI(base_url=self.openai_base_url, api_key="EMPTY")
-        client.model_path = self.model_name  # type: ignore[attr-defined]  # Trinity's attribute
-        return client
+        if self._openai_client is None:  # one per wrapper: thread-safe, and workflows are many
+            client = openai.OpenAI(base_url=self.openai_base_url, api_key="EMPTY")
+            client.model_path = self.model_name  # type: ignore[attr-defined]  # Trinity's attribute
+            self._openai_client = client
+        return self._openai_client
 
     def get_openai_async_client(self) -> Any:
         try:
@@ -255,6 +267,9 @@ class ModelWrapper:
         return client
 
     def close(self) -> None:
+        if self._openai_client is not None:
+            self._openai_client.close()
+            self._openai_client = None
         if self._openai_server is not None:
             self._openai_server.stop()
             self._openai_server = None

@@ -105,8 +105,8 @@ def build_parts(cfg: TrinityConfig) -> dict[str, Any]:
     load_plugins(cfg.explorer.plugin_dirs)
     tokenizer = load_tokenizer(cfg.model.model_path, cfg.model.tokenizer_path)
     pool = build_pool(cfg, tokenizer)
-    aux_clients, owned = build_auxiliary(cfg)
-    runner = build_runner(cfg, pool, tokenizer, VersionRef(), aux_clients)
+    aux_wrappers, owned = build_auxiliary(cfg)
+    runner = build_runner(cfg, pool, tokenizer, VersionRef(), aux_wrappers)
     return {"tokenizer": tokenizer, "pool": pool, "runner": runner, "owned": owned}
 
 

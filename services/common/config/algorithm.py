@@ -52,8 +52,9 @@ class AlgorithmConfig(Section):
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
     grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd (presets in
     services/trainer/algorithms/presets.py; checked when the trainer builds the algorithm).
-    multi_step_grpo, on_policy_distill and jsd build but stop at the first batch: their advantage fn
-    needs data our experience rows lack (run/step ids; teacher logprobs). dpo is per pair (the paper's
+    multi_step_grpo's advantages are computed by the explorer (one experience per model call, run and
+    step ids); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
+    on_policy_distill_math_workflow with a teacher in explorer.auxiliary_models). dpo is per pair (the paper's
     loss, averaged over pairs); Trinity sums all chosen and all rejected rows of a micro-batch into one
     pair; the two agree for one pair per micro-batch."""
     repeat_times: int = Field(1, ge=1)
@@ -66,15 +67,16 @@ class AlgorithmConfig(Section):
     sft_dataset_name "sft_dataset" = key in buffer.trainer_input.auxiliary_buffers)."""
     advantage_fn: str | None = None
     """grpo, ppo, rloo, reinforceplusplus, opmd, none, reinforce, asymre, rec, grpo_verl, opmd_verl,
-    asymre_verl, or a dotted path "pkg.module:fn". Also accepted, failing at the first batch with the
-    missing data named: remax (greedy baseline reward), on_policy_distill and jsd (teacher logprobs),
-    step_wise_grpo (run/step ids), clipb and clipv (per-token entropy)."""
+    asymre_verl, on_policy_distill and jsd (teacher logprobs), step_wise_grpo (computed by the
+    explorer; rows without advantages are scored from their run/step ids), or a dotted path
+    "pkg.module:fn". Also accepted, failing at the first batch with the missing data named: remax
+    (greedy baseline reward), clipb and clipv (per-token entropy)."""
     advantage_fn_args: dict[str, Any] | None = None
     """Arguments of the advantage fn: grpo (epsilon 1e-6, std_threshold, std_cal_level group|batch),
     ppo (gamma 1.0, lam 1.0), reinforceplusplus (gamma), opmd (opmd_baseline mean|logavgexp, tau),
     asymre (baseline_shift -0.1), rec (epsilon 1e-6, std_normalize false, drop null|balance),
     on_policy_distill (kl_coef 1.0), jsd (kl_coef 1.0, lambda_coef 0.5), step_wise_grpo (epsilon 1e-6,
-    enable_step_norm false, std_cal_level group|batch, std_threshold), clipb (epsilon 1e-6, mu 2.5),
+    enable_step_norm false, std_cal_level group|batch|none, std_threshold), clipb (epsilon 1e-6, mu 2.5),
     clipv (epsilon 1e-6, mu 8.5, max_frac 1e-4)."""
     policy_loss_fn: str | None = None
     """ppo, gspo, cispo, opmd, sft, dpo, mix, mix_chord, sft_is, sft_phi, topr, sppo, rec,

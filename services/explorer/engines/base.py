@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from services.common.errors import InvalidArgument, Unavailable
+from services.common.errors import FailedPrecondition, InvalidArgument, Unavailable
 from services.common.logging import get_logger
 
 log = get_logger("explorer.engine")
@@ -87,6 +87,12 @@ class InferenceEngine(ABC):
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Replace the weights (names as in the trainer's state dict)."""
+
+    def score_batch(self, sequences: list[list[int]], temperature: float = 1.0) -> list[np.ndarray]:
+        """For each sequence, float32 [len - 1]: logprob of token i+1 given tokens 0..i (teachers)."""
+        raise FailedPrecondition(
+            f"{type(self).__name__} cannot score sequences (teacher logprobs)", field="engine_type"
+        )
 
     def load_checkpoint(self, path: str) -> None:
         """Load weights from a checkpoint directory of safetensors files."""
@@ -169,6 +175,12 @@ class BatchingEngine:
 
     async def update_weights_async(self, fn: Callable[[InferenceEngine], Any]) -> Any:
         return await asyncio.to_thread(self.with_weights_locked, fn)
+
+    async def score_async(self, sequences: list[list[int]], temperature: float = 1.0) -> list[np.ndarray]:
+        """Teacher logprobs of whole sequences (InferenceEngine.score_batch), between generation batches."""
+        return await asyncio.to_thread(
+            self.with_weights_locked, lambda engine: engine.score_batch(sequences, temperature)
+        )
 
     def close(self) -> None:
         if not self._closed:

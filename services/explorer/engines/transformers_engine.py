@@ -154,6 +154,9 @@ class TransformersEngine(InferenceEngine):
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         copy_into_module(self.model, named_tensors)
 
+    def score_batch(self, sequences: list[list[int]], temperature: float = 1.0) -> list[np.ndarray]:
+        return [sequence_logprobs(self.model, list(seq), 1, temperature) for seq in sequences]
+
     def close(self) -> None:
         self.model = None
 
@@ -161,7 +164,7 @@ class TransformersEngine(InferenceEngine):
 def sequence_logprobs(
     model: Any, tokens: list[int], prompt_length: int, temperature: float = 1.0
 ) -> np.ndarray:
-    """Logprobs of tokens[prompt_length:] under `model` (one forward pass); used by tests and checks."""
+    """Logprobs of tokens[prompt_length:] under `model` (one forward pass): teacher scores, checks."""
     device = next(model.parameters()).device
     with torch.inference_mode():
         ids = torch.tensor([tokens], dtype=torch.long, device=device)

@@ -232,6 +232,29 @@ class VLLMEngine(InferenceEngine):
             finish_reason="stop" if completion.finish_reason == "stop" else "length",
         )
 
+    def score_batch(self, sequences: list[list[int]], temperature: float = 1.0) -> list[np.ndarray]:
+        """vLLM's prompt logprobs (one generated token per sequence, discarded); temperature 1 only,
+        since vLLM reports prompt logprobs of the untempered distribution."""
+        if temperature != 1.0:
+            raise InvalidArgument(
+                f"the vLLM engine scores teacher logprobs at temperature 1.0 only, got {temperature}",
+                field="workflow_args.temperature",
+            )
+        params = self.vllm.SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        results = self.llm.generate(
+            [{"prompt_token_ids": list(s)} for s in sequences], params, use_tqdm=False
+        )
+        out = []
+        for seq, result in zip(sequences, results, strict=True):
+            steps = (result.prompt_logprobs or [])[1:]  # the first token has no context
+            out.append(
+                np.asarray(
+                    [float(step[tok].logprob) for tok, step in zip(seq[1:], steps, strict=True)],
+                    dtype=np.float32,
+                )
+            )
+        return out
+
     # ---- weights -----------------------------------------------------------------------------------
 
     def validate(self, named_tensors: list[tuple[str, Any]]) -> None:

@@ -18,6 +18,8 @@ WORKFLOWS = Registry(
         "step_wise_env_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
         "multi_turn_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
         "step_wise_chat_env_workflow": "services.explorer.workflows.step_wise:ChatEnvWorkflow",
+        "on_policy_distill_workflow": "services.explorer.workflows.distill:OnPolicyDistillWorkflow",
+        "on_policy_distill_math_workflow": "services.explorer.workflows.distill:OnPolicyDistillMathWorkflow",
     },
 )
 

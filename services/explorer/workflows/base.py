@@ -163,7 +163,13 @@ class Workflow:
     def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
         self.task = task
         self.model = model
-        self.auxiliary_models = auxiliary_models or []
+        given = list(auxiliary_models or [])
+        # the explorer hands over the auxiliary ModelWrappers: workflows see OpenAI clients in
+        # `auxiliary_models` (Trinity's) and the wrappers (chat, logprobs) in `auxiliary_model_wrappers`
+        self.auxiliary_model_wrappers = [m for m in given if hasattr(m, "get_openai_client")]
+        self.auxiliary_models = [
+            m.get_openai_client() if hasattr(m, "get_openai_client") else m for m in given
+        ]
 
     def resettable(self) -> bool:
         return self.can_reset

@@ -6,9 +6,9 @@ registered alias of "default" here (its SFT warm-up steps are `stages` in this p
 presets name "default" too. grpo_verl is kept as a type (GRPO with the grpo_verl advantage fn) because
 issue 20 lists configs naming it; v0.5.2's algorithm.py has no such type. SFT/DPO/RAFT name the "none" advantage fn (Trinity skips the advantage step).
 
-Algorithm types whose advantage fn needs data our rows do not carry (multi_step_grpo: run/step ids;
-on_policy_distill, jsd: teacher logprobs) resolve and build, and fail at the first batch with an
-error naming the missing data (see advantage/external_signal.py).
+multi_step_grpo's advantage fn runs in the explorer (services/explorer/pipeline/step_wise.py);
+on_policy_distill and jsd read the teacher logprobs the distillation workflows write (see
+advantage/external_signal.py).
 """
 
 from __future__ import annotations
