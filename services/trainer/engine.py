@@ -148,6 +148,19 @@ class TrainEngine:
         return out
 
     @torch.no_grad()
+    def entropy_of(self, batch: Batch) -> Tensor:
+        """The current model's entropy [B, T] at every response position, without grad."""
+        out = torch.zeros_like(batch.train.action_mask)
+        for idx in micro_batches(batch, self.settings.micro_batch_size, self.settings.tokens_per_micro_batch):
+            inputs = batch.inputs.select(idx)
+            with self._autocast():
+                logits = self._response_logits(self.model, inputs)
+            _, entropy = token_logprobs(logits, inputs.responses, True, entropy_grad=False)
+            assert entropy is not None
+            out[idx, : inputs.response_width] = entropy
+        return out
+
+    @torch.no_grad()
     def values_of(self, batch: Batch) -> Tensor:
         assert self.critic is not None
         out = torch.zeros_like(batch.train.action_mask)
@@ -171,6 +184,10 @@ class TrainEngine:
             rows = batch.needs_logprob
             train.old_logprob[rows] = recomputed[rows] * train.action_mask[rows]
             timings["time/recompute_logprob"] = time.perf_counter() - start
+        if getattr(self.algorithm, "needs_entropy", False):
+            t0 = time.perf_counter()
+            train.entropy = self.entropy_of(batch) * train.action_mask
+            timings["time/entropy"] = time.perf_counter() - t0
         self.model.train(was_training)
         if self.algorithm.use_reference:
             assert self.ref_model is not None

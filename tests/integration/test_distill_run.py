@@ -68,5 +68,5 @@ def test_distill_run_completes_with_teacher_logprobs(tmp_path: pathlib.Path, alg
     assert len(kl) == 2 and all(abs(k) > 1e-3 for k in kl)
     trainer = EventAccumulator(str(run_dir / "monitor" / "tensorboard" / "trainer"))
     trainer.Reload()
-    signal = "reverse_kl/mean" if algorithm == "on_policy_distill" else "jsd/mean"
+    signal = "kl/mean" if algorithm == "on_policy_distill" else "jsd/mean"
     assert any(signal in tag for tag in trainer.Tags()["scalars"]), trainer.Tags()["scalars"]

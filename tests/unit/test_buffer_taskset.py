@@ -176,3 +176,41 @@ async def test_repeat_last_hands_a_restarted_reader_its_last_batch_again(tmp_pat
     other = await core.read_tasks("ts", 4, reader_id="other", repeat_last=True)  # per reader
     assert other.batch_index == 0
     await core.close()
+
+
+async def test_offline_easy2hard_reads_highest_feature_first_every_epoch(tmp_path):
+    # pass rates (higher = easier): t0 0.2, t1 0.9, t2 0.5, t3 0.9 (tie with t1, second key decides),
+    # t4 0.0; second column breaks the tie: t3 0.7 > t1 0.1 -> order t3, t1, t2, t0, t4
+    rows = [(0.2, 0.0), (0.9, 0.1), (0.5, 0.0), (0.9, 0.7), (0.0, 0.0)]
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "question": "q", "p": a, "s": b}) + "\n"
+            for i, (a, b) in enumerate(rows)
+        )
+    )
+    spec = BufferSpec(
+        "ts",
+        "taskset",
+        {
+            "path": str(path),
+            "total_epochs": 2,
+            "task_selector": {"selector_type": "offline_easy2hard", "feature_keys": ["p", "s"]},
+        },
+    )
+    core = await open_core(tmp_path, spec)
+    batches = [ids(await core.read_tasks("ts", 2)) for _ in range(4)]
+    await core.close()
+    # training drops the last partial batch of each epoch (t4 alone)
+    assert batches == [[3, 1], [2, 0], [3, 1], [2, 0]]
+    path.write_text(json.dumps({"id": "x", "question": "q", "p": "easy", "s": 1}) + "\n")
+    with pytest.raises(InvalidArgument, match="'p' must be a finite number") as err:
+        await open_core(tmp_path / "bad", spec)
+    assert err.value.field == "feature_keys"
+
+
+def test_offline_easy2hard_needs_feature_keys():
+    from services.common.config.buffer import TaskSelectorConfig
+
+    with pytest.raises(ValueError, match="offline_easy2hard sorts the tasks by feature_keys"):
+        TaskSelectorConfig(selector_type="offline_easy2hard")

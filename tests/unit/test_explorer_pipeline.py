@@ -131,3 +131,9 @@ def test_pass_rate_calculator_measures_and_keeps_every_experience():
         "all_pass_ratio": 0.25,  # c
         "all_fail_ratio": 0.25,  # b
     }
+
+
+def test_data_juicer_is_registered_and_refused_with_the_reason():
+    with pytest.raises(InvalidArgument, match="Data-Juicer service") as err:
+        ExperiencePipeline.from_config([OperatorConfig(name="data_juicer", args={"config_path": "dj.yaml"})])
+    assert err.value.field == "data_processor.experience_pipeline.operators"

@@ -125,3 +125,37 @@ def test_step_and_teacher_logprobs_cross_the_wire_and_eid_is_trinitys_view() -> 
     assert err.value.field == "experience.teacher_logprobs"
     with pytest.raises(AttributeError, match="suffix"):
         _ = exp.eid.suffix
+
+
+def test_clipb_adapter_masks_negative_tokens_with_a_low_entropy_signal() -> None:
+    # one group, rewards 1 and 0: GRPO A = +-0.5 / (sqrt(0.5) + 1e-6) = +-a. old logprob 0 (p = 1), so
+    # S = entropy = [0, 0 | 0, 4]: mean 1, population std sqrt(3); mu 0.5 -> cut at -0.866.
+    # Row 1 (A < 0): token 0 has S - mean = -1 -> dropped; token 1 has +3 -> kept. Row 0 (A > 0): kept.
+    exps = [row("A", 0, 0, 1.0), row("A", 1, 0, 0.0)]
+    batch = build_batch(exps, pad_token_id=0).train
+    batch.token_level_rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
+    batch.entropy = torch.tensor([[0.0, 0.0], [0.0, 4.0]])
+    out = parts.ADVANTAGE_FN.get("clipb")(batch, mu=0.5)
+    assert torch.allclose(out.advantages, torch.tensor([[A, A], [0.0, -A]]), atol=1e-5)
+    assert out.metrics["clipb/dropped_frac"] == 0.25
+
+
+def test_trainer_fills_the_current_models_entropy_for_clipb() -> None:
+    from services.trainer.algorithms import build_algorithm
+    from services.trainer.engine import TrainEngine
+    from services.trainer.settings import EngineSettings
+    from tests.unit.trainer_fakes import experience, tiny_model
+
+    algo = build_algorithm(
+        AlgorithmConfig(algorithm_type="grpo", advantage_fn="clipb", kl_loss_fn="none", repeat_times=2)
+    )
+    assert algo.needs_entropy
+    engine = TrainEngine(tiny_model(), algo, EngineSettings())
+    rows = [experience("1+2=", "3", task_id="t", logprobs=True), experience("1+2=", "34", task_id="t")]
+    rows[0].reward, rows[1].reward = 1.0, 0.0
+    batch = build_batch(rows, pad_token_id=0)
+    engine.prepare(batch)
+    entropy = batch.train.entropy
+    assert entropy is not None and bool((entropy[1, :2] > 0).all()) and entropy[0, 1].item() == 0.0
+    _, want = engine.policy(batch.inputs.select(torch.tensor([1])), with_entropy=True)
+    assert want is not None and torch.allclose(entropy[1, :2], want[0, :2].detach(), atol=1e-5)

@@ -8,6 +8,7 @@ explorer continues at the next unread batch.
 
 Selectors (Trinity's `task_selector.selector_type`):
 - sequential: file order every epoch;
+- offline_easy2hard: the order of the feature_keys columns, highest (easiest) first, every epoch;
 - shuffle: a permutation per epoch, seeded with seed + epoch (the same after a restart);
 - random: sampling with replacement, seeded with seed + batch_index;
 - difficulty_based: sampling without replacement with weight exp(-|pass_rate - target| / temperature)
@@ -74,6 +75,25 @@ class TasksetSettings:
     bots: BotsConfig = field(default_factory=BotsConfig)
 
 
+def easy_to_hard(rows: list[dict[str, Any]], keys: list[str], task_ids: list[str]) -> list[int]:
+    """Row indices sorted by the `keys` columns, highest first (ties: the later row first), as
+    Trinity's offline_easy2hard; a missing or non-numeric value is an error naming the row and column."""
+    keyed = []
+    for i, row in enumerate(rows):
+        values = []
+        for key in keys:
+            value = row.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidArgument(
+                    f"row {i} (task {task_ids[i]!r}): column {key!r} must be a finite number for "
+                    f"offline_easy2hard, got {value!r}",
+                    field="feature_keys",
+                )
+            values.append(float(value))
+        keyed.append((*values, i))
+    return [int(k[-1]) for k in sorted(keyed, reverse=True)]
+
+
 class TasksetBuffer:
     kind = "taskset"
 
@@ -97,7 +117,10 @@ class TasksetBuffer:
         self.features: np.ndarray | None = None  # [n, 2] prior pass rates (BOTS only)
         self.digest = ""  # of the task ids and features (BOTS only)
         self.bots_state = bots.initial_state(len(rows))
-        if settings.feature_keys:
+        self.easy_first: list[int] = []  # offline_easy2hard's fixed order
+        if settings.selector == "offline_easy2hard":
+            self.easy_first = easy_to_hard(rows, settings.feature_keys, self.task_ids)
+        elif settings.feature_keys:
             self.features = bots.read_features(rows, settings.feature_keys, self.task_ids)
             self.digest = bots.data_digest(self.task_ids, self.features)
 
@@ -127,6 +150,8 @@ class TasksetBuffer:
         n, kind, epoch, offset = len(self.rows), self.cfg.selector, cur.epoch, cur.offset
         if kind == "sequential":
             return list(range(offset, min(offset + size, n)))
+        if kind == "offline_easy2hard":
+            return self.easy_first[offset : offset + size]
         if kind == "shuffle":
             return [
                 int(i)

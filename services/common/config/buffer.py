@@ -76,8 +76,12 @@ class BotsConfig(Section):
 
 
 class TaskSelectorConfig(Section):
-    selector_type: Literal["sequential", "shuffle", "random", "difficulty_based"] = "sequential"
-    """Order of tasks: file order, reshuffled per epoch, sampled with replacement, or by pass rate."""
+    selector_type: Literal["sequential", "shuffle", "random", "difficulty_based", "offline_easy2hard"] = (
+        "sequential"
+    )
+    """Order of tasks: file order, reshuffled per epoch, sampled with replacement, by pass rate, or
+    offline_easy2hard (Trinity's: sorted once by the feature_keys columns, highest first — e.g. prior
+    pass rates, easiest first — and read in that order every epoch)."""
     seed: int = 42
     """Seed of shuffle/random (shuffle reseeds with seed + epoch)."""
     target_pass_rate: float = Field(0.5, ge=0, le=1)
@@ -86,12 +90,24 @@ class TaskSelectorConfig(Section):
     """difficulty_based: sharpness of the preference."""
     feature_keys: list[str] = Field(default_factory=list)
     """difficulty_based with BOTS (Trinity's estimator): two columns of per-task prior pass rates in
-    [0, 1], from a weaker and a stronger reference model; empty: the pass-rate selector above."""
+    [0, 1], from a weaker and a stronger reference model; empty: the pass-rate selector above.
+    offline_easy2hard: the columns to sort by (compared in order, highest first)."""
     kwargs: BotsConfig = BotsConfig()
     """BOTS's arguments (with feature_keys; target_pass_rate and temperature do not apply then)."""
 
     @model_validator(mode="after")
     def _bots_settings(self) -> TaskSelectorConfig:
+        if self.selector_type == "offline_easy2hard":
+            if not self.feature_keys:
+                raise ValueError(
+                    "offline_easy2hard sorts the tasks by feature_keys (numeric columns, higher = easier, "
+                    "e.g. prior pass rates); set feature_keys"
+                )
+            if self.kwargs != BotsConfig():
+                raise ValueError(
+                    "kwargs are BOTS's arguments (difficulty_based); offline_easy2hard takes none"
+                )
+            return self
         if not self.feature_keys:
             if self.kwargs != BotsConfig():  # defaults written out (a resolved config) are fine
                 raise ValueError(

@@ -31,6 +31,7 @@ EXPERIENCE_OPERATORS = Registry(
         "grpo_advantage": "services.explorer.pipeline.operators:GroupAdvantage",
         "pass_rate_calculator": "services.explorer.pipeline.operators:PassRateCalculator",
         "step_wise_grpo": "services.explorer.pipeline.step_wise:StepWiseGRPO",
+        "data_juicer": "services.explorer.pipeline.operators:DataJuicerOperator",
     },
 )
 
@@ -194,6 +195,24 @@ class GroupAdvantage(ExperienceOperator):
                 exp.returns = exp.advantages.copy()
                 values.append(a)
         return exps, {"advantage_mean": float(np.mean(values)) if values else 0.0}
+
+
+class DataJuicerOperator(ExperienceOperator):
+    """Trinity's `data_juicer` operator sends each step's experiences to a Data-Juicer service
+    (`service.data_juicer`), which this project does not run: refused when the pipeline is built,
+    so `trinity config check` names it before anything starts."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise InvalidArgument(
+            "the data_juicer experience operator needs Trinity's Data-Juicer service (service.data_juicer), "
+            "which trinity-grpc does not provide; use the built-in operators (reward_filter, "
+            "reward_std_filter, invalid_reward_filter, reward_shaping_mapper) or register your own "
+            "operator (explorer.plugin_dirs) that calls Data-Juicer",
+            field="data_processor.experience_pipeline.operators",
+        )
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        raise NotImplementedError  # never constructed
 
 
 class ExperiencePipeline:

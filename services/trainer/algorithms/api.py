@@ -55,6 +55,7 @@ class TrainBatch:
     run_index: Tensor | None = None  # [B] long, rows of one run (multi-step rollout) share it
     step_index: Tensor | None = None  # [B] long, position of the row's model call within its run
     teacher_logprob: Tensor | None = None  # [B, T] teacher logprobs (on-policy distillation)
+    entropy: Tensor | None = None  # [B, T] current model's entropy before the update (clipb)
 
     @property
     def batch_size(self) -> int:

@@ -120,6 +120,8 @@ class CompositeAlgorithm(Algorithm):
             )
         self.use_reference = self.kl_penalty.active or self.kl_loss.active or cfg.policy_loss_fn == "dpo"
         self.needs_old_logprob = cfg.policy_loss_fn not in _NO_OLD_LOGPROB
+        # the engine fills batch.entropy (current model, before the update) for these advantage fns
+        self.needs_entropy = cfg.advantage_fn in ("clipb",)
         self.zero_advantage_is_inert = (
             cfg.policy_loss_fn in _ADVANTAGE_SCALED
             and not self.kl_loss.active

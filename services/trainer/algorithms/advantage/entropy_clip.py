@@ -13,8 +13,9 @@ v0.5.2's clipb / clipv advantage fns. With p = exp(logprob), H = the policy's en
            (defaults epsilon 1e-6, mu 8.5, max_frac 1e-4)
     std(S or D) < 1e-12: every token kept.
 
-The advantages themselves are GRPO's (epsilon as in grpo). The registry adapters refuse to run: the
-advantage step here has no entropy of the current model (and no necs).
+The advantages themselves are GRPO's (epsilon as in grpo). The clipb adapter (external_signal.py)
+reads the entropy the trainer computes with the current model before the update; clipv's adapter
+refuses to run: nothing here computes Trinity's necs.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 
 Each is a pure tensor function (tested by hand) plus a registry adapter. on_policy_distill and jsd
 read `teacher_logprobs` (filled by the on-policy distillation workflows); step_wise_grpo reads the
-run and step ids (and normally arrives computed by the explorer). remax, clipb and clipv still fail
-at the first batch with InvalidArgument naming the signal the rows lack, so a Trinity config naming
-them is accepted by the schema but never trains on wrong numbers.
+run and step ids (and normally arrives computed by the explorer); clipb reads the current model's
+entropy, which the trainer computes for it. remax and clipv still fail at the first batch with
+InvalidArgument naming the signal the rows lack (nothing fills ReMax's greedy-baseline reward, in
+Trinity either; clipv's per-token "necs" has no definition we can reproduce), so a Trinity config
+naming them is accepted by the schema but never trains on wrong numbers.
 
     remax:              returns_t = sum_{t'>=t} r_t' * m;   A_t = returns_t - b * m_t
                         b = the reward of the greedy rollout of the same prompt ("reward_baselines";
@@ -19,8 +21,8 @@ them is accepted by the schema but never trains on wrong numbers.
                         Reads teacher_logprobs.
     step_wise_grpo:     multi_step_grpo: GRPO over the final step's reward of each run, broadcast to every
                         step of that run (step_wise.py, tested). Reads run / step ids.
-    clipb, clipv:       GRPO plus entropy-driven token masks (entropy_clip.py, tested). Missing: the
-                        current model's per-token entropy (and clipv's necs) at advantage time.
+    clipb, clipv:       GRPO plus entropy-driven token masks (entropy_clip.py, tested). clipb reads the
+                        current model's entropy (batch.entropy); clipv's necs is missing.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from torch import Tensor
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.advantage.base import AdvantageOutput
+from services.trainer.algorithms.advantage.entropy_clip import clipb_keep
+from services.trainer.algorithms.advantage.grpo import grpo
 from services.trainer.algorithms.advantage.step_wise import step_wise_grpo_advantages
 from services.trainer.algorithms.api import TrainBatch
 
@@ -103,7 +107,15 @@ def _signal_output(advantages: Tensor, metrics: dict[str, float]) -> AdvantageOu
 def on_policy_distill(batch: TrainBatch, *, kl_coef: float = 1.0) -> AdvantageOutput:
     teacher = _teacher(batch, "on_policy_distill")
     adv = on_policy_distill_advantages(teacher, batch.old_logprob, batch.action_mask, kl_coef=kl_coef)
-    return _signal_output(adv, _masked_mean("reverse_kl", batch.old_logprob - teacher, batch.action_mask))
+    kl = ((batch.old_logprob - teacher) * batch.action_mask).sum(dim=-1)  # per row (Trinity's metrics)
+    return _signal_output(
+        adv,
+        {
+            "kl/mean": kl.mean().item(),
+            "kl/std": kl.std().item() if kl.numel() > 1 else 0.0,
+            "advantages/mean": adv.sum(dim=-1).mean().item(),
+        },
+    )
 
 
 def jsd(batch: TrainBatch, *, kl_coef: float = 1.0, lambda_coef: float = 0.5) -> AdvantageOutput:
@@ -147,8 +159,18 @@ def step_wise_grpo(
 
 
 def clipb(batch: TrainBatch, *, epsilon: float = 1e-6, mu: float = 2.5) -> AdvantageOutput:
-    """The token mask is entropy_clip.clipb_keep; the advantage step has no current-model entropy."""
-    raise _missing("clipb", "per-token entropy of the current model at advantage time")
+    """GRPO advantages with entropy_clip.clipb_keep's token mask; the entropy is the current
+    model's (batch.entropy, filled by the trainer before the advantage step)."""
+    if batch.entropy is None:
+        raise _missing("clipb", "per-token entropy of the current model at advantage time")
+    out = grpo(batch, epsilon=epsilon)
+    keep = clipb_keep(out.advantages, batch.old_logprob, batch.entropy, batch.action_mask, mu=mu)
+    kept = out.advantages * keep
+    dropped = float(((batch.action_mask > 0) & (keep == 0)).sum())
+    total = float(batch.action_mask.sum().clamp_min(1.0))
+    return AdvantageOutput(
+        kept, kept.clone(), {**out.metrics, "clipb/dropped_frac": dropped / total}, out.keep
+    )
 
 
 def clipv(
