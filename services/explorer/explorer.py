@@ -280,7 +280,7 @@ class Explorer:
         exps: list[Experience] = []
         for result in results:
             for exp in result.experiences:
-                exp.group_id = f"{self.name}/{step}/{result.task.taskset}/{result.task.task_id}"
+                exp.group_id = f"{self.name}/{step}/{result.task.taskset}/{exp.task_id}"
                 exp.batch_id, exp.producer = step, self.name
                 exps.append(exp)
         metrics = rollout_metrics(results, exps, rollout_s)

@@ -31,6 +31,7 @@ REWARD_FUNCTIONS = Registry(
         "math_boxed_reward": "services.explorer.math_rewards:MathBoxedReward",
         "format_reward": "services.explorer.math_rewards:FormatReward",
         "math_dapo_reward": "services.explorer.math_rewards:MathDAPOReward",
+        "rm_gallery_reward": "services.explorer.rm_gallery_reward:RMGalleryReward",
     },
 )
 

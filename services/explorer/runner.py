@@ -262,7 +262,9 @@ class WorkflowRunner:
         number_steps = run_index is not None and all(getattr(e, "step", 0) == 0 for e in exps)
         for i, exp in enumerate(exps):
             exp = normalize_experience(exp, version)
-            exp.task_id = task.task_id
+            # a workflow may file some experiences under a task of their own (trainable RULER's
+            # judgements: "<task>-ruler"), so they form their own GRPO group as in Trinity
+            exp.task_id = task.task_id + str(exp.info.pop("task_id_suffix", ""))
             exp.run_id = run_index if run_index is not None else i
             if number_steps:
                 exp.step = i

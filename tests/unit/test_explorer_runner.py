@@ -129,3 +129,21 @@ async def test_repeats_resets_and_stamping():
     results = await runner.run_tasks([task(Flaky, task_id="c", repeat=3)])
     assert [r.run_index for r in results] == [0, 1, 2]  # not repeatable: one run per repeat
     assert [r.experiences[0].run_id for r in results] == [0, 1, 2]
+
+
+class JudgedTwice(Workflow):
+    """An answer and a judgement filed under the task's own "-ruler" task (trainable RULER's way)."""
+
+    def run(self):
+        judgement = exp(info={"task_id_suffix": "-ruler"})
+        return [exp(), judgement]
+
+
+async def test_task_id_suffix_files_an_experience_under_its_own_task():
+    runner = WorkflowRunner(Wrapper, slots=1, max_timeout=10, max_retry_times=0, version_fn=VersionRef(1))
+    (result,) = await runner.run_tasks([Task(workflow=JudgedTwice, task_id="t7")])
+    runner.close()
+    assert [e.task_id for e in result.experiences] == ["t7", "t7-ruler"]
+    assert all("task_id_suffix" not in e.info for e in result.experiences)
+    # two calls of one run, no step numbers given: numbered 0, 1 by the runner
+    assert [e.step for e in result.experiences] == [0, 1]

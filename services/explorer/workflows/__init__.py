@@ -20,6 +20,16 @@ WORKFLOWS = Registry(
         "step_wise_chat_env_workflow": "services.explorer.workflows.step_wise:ChatEnvWorkflow",
         "on_policy_distill_workflow": "services.explorer.workflows.distill:OnPolicyDistillWorkflow",
         "on_policy_distill_math_workflow": "services.explorer.workflows.distill:OnPolicyDistillMathWorkflow",
+        # math evaluation, reward models and LLM judges (judges are explorer.auxiliary_models)
+        "math_eval_workflow": "services.explorer.workflows.math_eval:MathEvalWorkflow",
+        "async_math_eval_workflow": "services.explorer.workflows.math_eval:AsyncMathEvalWorkflow",
+        "math_rm_workflow": "services.explorer.workflows.judges:MathRMWorkflow",
+        "async_math_rm_workflow": "services.explorer.workflows.judges:AsyncMathRMWorkflow",
+        "math_ruler_workflow": "services.explorer.workflows.judges:MathRULERWorkflow",
+        "async_math_ruler_workflow": "services.explorer.workflows.judges:AsyncMathRULERWorkflow",
+        "math_trainable_ruler_workflow": "services.explorer.workflows.judges:MathTrainableRULERWorkflow",
+        "rubric_judge_workflow": "services.explorer.workflows.judges:RubricJudgeWorkflow",
+        "rubric_judge_openai_workflow": "services.explorer.workflows.judges:RubricJudgeWorkflowWithAPI",
     },
 )
 
