@@ -2,6 +2,7 @@ r"""Trinity-RFT v0.5.2's math reward fns, under its names and arguments; answers
 
 | name                | parts returned                     | rule                                                   |
 | ------------------- | ---------------------------------- | ------------------------------------------------------ |
+| `accuracy_reward`   | `accuracy`                         | 1 when the reply's LaTeX answer (last `\boxed{}`, else last `$…$`) equals the truth, else 0 (plain-text replies: 0, as Trinity's LaTeX extraction) |
 | `math_boxed_reward` | `accuracy`, `format_score`         | accuracy 1 when the last `\boxed{}` states the truth, else 0; format_score `-format_score_coef` when `with_think` and the reply lacks exactly one `<think>` before one `</think>`, else 0 |
 | `format_reward`     | `format_score`                     | +0.1 when the reply matches `pattern` (default `<think>\n…\n</think>\n<answer>\n…\n</answer>`), else -0.1 |
 | `math_dapo_reward`  | `accuracy`, `format_score`         | DAPO (arXiv 2503.14476, sec. 2.4): +1 correct, -1 wrong; format_score the overlong penalty |
@@ -63,6 +64,42 @@ class MathBoxedReward:
         coef = self.format_score_coef if format_score_coef is None else float(format_score_coef)
         format_score = -coef if think and not think_pattern_ok(response) else 0.0
         return {"accuracy": boxed_accuracy(response, truth), "format_score": format_score}
+
+
+_LATEX_SPANS = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+
+
+def latex_answer(text: str) -> str | None:
+    r"""The answer a reply states in LaTeX: its last `\boxed{}`, else its last `$…$` / `\(…\)` /
+    `\[…\]` span; None for plain text (Trinity's accuracy_reward needs a LaTeX anchor too)."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    spans = [next(g for g in m.groups() if g is not None) for m in _LATEX_SPANS.finditer(text)]
+    return spans[-1].strip() if spans else None
+
+
+class AccuracyReward:
+    """`accuracy_reward` (Trinity's AccuracyReward, after open-r1): 1.0 when the reply's LaTeX answer
+    equals the truth mathematically. The truth is read the same way, or taken whole when it has no
+    LaTeX (`42`). `answer_parser`: a callable or dotted path applied to both reply and truth instead."""
+
+    def __init__(self, answer_parser: Any = None) -> None:
+        if isinstance(answer_parser, str):
+            from services.explorer.registry import import_object
+
+            answer_parser = import_object(answer_parser)
+        self.answer_parser = answer_parser
+
+    def __call__(self, response: str, truth: str | None = None, **_: Any) -> dict[str, float]:
+        if truth is None:
+            return {"accuracy": 0.0}
+        if self.answer_parser is not None:
+            answer, gold = self.answer_parser(response), self.answer_parser(str(truth))
+            return {"accuracy": 1.0 if answer is not None and answer == gold else 0.0}
+        answer = latex_answer(response)
+        gold = latex_answer(str(truth)) or str(truth)
+        return {"accuracy": 1.0 if answer is not None and equivalent(answer, gold) else 0.0}
 
 
 class FormatReward:

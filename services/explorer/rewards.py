@@ -17,13 +17,14 @@ from fractions import Fraction
 from typing import Any
 
 from services.explorer.answers import balanced_braces
+from services.explorer.math_equiv import equivalent
 from services.explorer.registry import Registry
 
 REWARD_FUNCTIONS = Registry(
     "reward function",
     {
         "math_reward": "services.explorer.rewards:math_reward",
-        "accuracy_reward": "services.explorer.rewards:exact_match_reward",
+        "accuracy_reward": "services.explorer.math_rewards:AccuracyReward",
         "exact_match_reward": "services.explorer.rewards:exact_match_reward",
         "countdown_reward": "services.explorer.rewards:countdown_reward",
         "arith_reward": "services.explorer.rewards:arith_reward",
@@ -114,9 +115,21 @@ def answers_match(predicted: str | None, truth: str | None, tolerance: float = 1
     return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
 
 
+# Trinity-RFT's math_reward format: reasoning in <think>, then the answer in <answer>, at the end
+MATH_FORMAT = re.compile(r".*?<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL | re.MULTILINE)
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
 def math_reward(response: str, truth: str | None = None, **_: Any) -> dict[str, float]:
-    """1 when the boxed (else last-number) answer matches the truth exactly or numerically."""
-    return {"accuracy": 1.0 if answers_match(extract_answer(response), truth) else 0.0}
+    """Trinity's math_reward: `accuracy` 1 when the answer (inside <answer></answer> when present;
+    boxed, else the last number) equals the truth mathematically, else 0; plus `format_score` +0.1
+    for the <think>…</think><answer>…</answer> layout, else -0.1."""
+    tagged = _ANSWER_TAG.search(response)
+    answer = extract_answer(tagged.group(1) if tagged else response)
+    right = answers_match(answer, truth) or (
+        answer is not None and truth is not None and equivalent(answer, extract_boxed(truth) or truth)
+    )
+    return {"accuracy": 1.0 if right else 0.0, "format_score": 0.1 if MATH_FORMAT.match(response) else -0.1}
 
 
 def exact_match_reward(response: str, truth: str | None = None, **_: Any) -> dict[str, float]:

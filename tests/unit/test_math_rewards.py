@@ -204,3 +204,34 @@ def test_any_answer_text_is_judged_quickly_and_never_raises(pieces: list[str], t
     answer = "".join(pieces)
     assert equivalent(answer, truth) in (True, False)
     assert MathBoxedReward()(response=f"\\boxed{{{answer}}}", truth=truth)["accuracy"] in (0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("response", "truth", "accuracy"),
+    [
+        (r"\boxed{42}", "42", 1.0),  # the case: a boxed answer against a bare truth
+        (r"so $\frac{1}{2}$", "0.5", 1.0),  # no box: the last inline LaTeX span
+        (r"\[ 2\sqrt{2} \] and then \boxed{\sqrt{8}}", r"$2\sqrt{2}$", 1.0),  # the box wins, truth in $
+        ("42", "42", 0.0),  # plain text has no LaTeX anchor (Trinity's extraction needs one)
+        (r"\boxed{41}", "42", 0.0),
+        (r"\boxed{42}", None, 0.0),
+    ],
+)
+def test_accuracy_reward_parses_latex_answers(response, truth, accuracy):
+    assert REWARD_FUNCTIONS.get("accuracy_reward")()(response=response, truth=truth) == {"accuracy": accuracy}
+
+
+def test_accuracy_reward_with_an_answer_parser_by_dotted_path():
+    reward = REWARD_FUNCTIONS.get("accuracy_reward")(answer_parser="services.explorer.answers:last_boxed")
+    assert reward(response=r"x \boxed{7}", truth=r"\boxed{7}") == {"accuracy": 1.0}
+    assert reward(response="7", truth=r"\boxed{7}") == {"accuracy": 0.0}
+
+
+def test_math_reward_adds_trinitys_format_part():
+    from services.explorer.rewards import math_reward
+
+    good = "<think>\n3 + 4\n</think>\n<answer>7</answer>"
+    assert math_reward(good, "7") == {"accuracy": 1.0, "format_score": 0.1}
+    # the <answer> tag is read first: the 3 and 4 of the reasoning do not count
+    assert math_reward("<think>7?</think><answer>8</answer>", "7") == {"accuracy": 0.0, "format_score": 0.1}
+    assert math_reward(r"it is \boxed{7}", "7") == {"accuracy": 1.0, "format_score": -0.1}

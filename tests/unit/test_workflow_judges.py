@@ -172,8 +172,9 @@ def test_math_ruler_rewards_are_the_judges_scores() -> None:
         {"model": "judge-model", "messages": ruler_messages("What is 2+2?", replies), "stream": False}
     ]
     assert [e.reward for e in exps] == [0.9, 0.2, 1.0]
-    # the gold reward (math_reward against the truth 4) is a metric only
-    assert [(e.metrics["accuracy"], e.metrics["gold_reward"]) for e in exps] == [(1, 1), (0, 0), (1, 1)]
+    # the gold reward (math_reward against the truth 4: accuracy + format_score +-0.1) is a metric only
+    assert [e.metrics["accuracy"] for e in exps] == [1, 0, 1]
+    assert [e.metrics["gold_reward"] for e in exps] == pytest.approx([1.1, -0.1, 0.9])
     assert all(e.metrics["judge_success"] == 1.0 for e in exps)
 
 
@@ -222,7 +223,7 @@ async def test_async_math_ruler_asks_the_judge_off_the_loop() -> None:
 
 
 def test_trainable_ruler_with_truth_trains_the_judging_too() -> None:
-    answers = ["\\boxed{4}", "\\boxed{5}"]  # gold rewards 1 and 0
+    answers = ["\\boxed{4}", "\\boxed{5}"]  # gold rewards 1 - 0.1 and 0 - 0.1 (no <think> layout)
     judgements = ["[1.0, 0.0]", "I like both"]
     model = ScriptedModel(answers, judgements)
     workflow = make_task("math_trainable_ruler_workflow").to_workflow(model)
@@ -233,8 +234,8 @@ def test_trainable_ruler_with_truth_trains_the_judging_too() -> None:
     assert judge_messages == ruler_messages("What is 2+2?", answers, spaced=False)
     assert judge_args == {"n": 2, "temperature": 1.0}  # as many judgements as answers
     assert len(exps) == 4
-    assert [e.reward for e in exps[:2]] == [1.0, 0.0]  # the answers keep their gold rewards
-    # targets (1 + 0.1) / 1.2 = 11/12 and 0.1 / 1.2 = 1/12; [1, 0] is off by 1/12 each: 1 - 1/12
+    assert [e.reward for e in exps[:2]] == pytest.approx([0.9, -0.1])  # the answers keep their gold rewards
+    # targets (0.9 + 0.1) / 1.2 = 5/6 and (-0.1 + 0.1) / 1.2 = 0; [1, 0] is off by 1/6 and 0: 1 - 1/12
     assert exps[2].reward == pytest.approx(11 / 12) and exps[3].reward == 0.0
     assert [e.metrics["judge_success"] for e in exps] == [0.5] * 4
     assert exps[2].metrics["reward_for_judger"] == pytest.approx(11 / 12)
@@ -248,7 +249,7 @@ def test_trainable_ruler_without_truth_uses_the_judges_scores() -> None:
     exps = workflow.run()
     assert model.calls[1][1]["n"] == 1 and len(exps) == 2
     assert [e.reward for e in exps] == [0.3, 0.6]
-    assert [e.metrics["gold_reward"] for e in exps] == [1.0, 0.0]
+    assert [e.metrics["gold_reward"] for e in exps] == pytest.approx([0.9, -0.1])
     unreadable = ScriptedModel(["a", "b"], ["??"])
     workflow = make_task("math_trainable_ruler_workflow").to_workflow(unreadable)
     workflow.ground_truth_probability = 0.0
