@@ -30,6 +30,11 @@ WORKFLOWS = Registry(
         "math_trainable_ruler_workflow": "services.explorer.workflows.judges:MathTrainableRULERWorkflow",
         "rubric_judge_workflow": "services.explorer.workflows.judges:RubricJudgeWorkflow",
         "rubric_judge_openai_workflow": "services.explorer.workflows.judges:RubricJudgeWorkflowWithAPI",
+        # games and tools played on this machine
+        "frozen_lake_workflow": "services.explorer.workflows.frozen_lake:FrozenLakeWorkflow",
+        "sudoku_workflow": "services.explorer.workflows.sudoku:SudokuWorkflow",
+        "tool_call_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
+        "toolcall_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
     },
 )
 
