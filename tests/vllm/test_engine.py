@@ -150,3 +150,15 @@ def test_a_failure_inside_vllm_makes_the_engine_refuse_to_serve_until_a_complete
         tiny_engine.layout = layout
     tiny_engine.update_weights(state.items())  # a complete update heals it
     assert [ids for ids, _ in greedy(tiny_engine)] == [hf_greedy(model, p, 8) for p in PROMPTS]
+
+
+def test_scores_of_whole_sequences_are_the_reference_models_logprobs(tiny_engine, tiny_llama) -> None:
+    """Teacher scoring (on-policy distillation): log p(token i+1 | tokens 0..i) at temperature 1."""
+    _, model = tiny_llama
+    sequences = [PROMPTS[0] + [7, 9, 11], PROMPTS[1] + [5]]
+    scores = tiny_engine.score_batch(sequences)
+    for seq, got in zip(sequences, scores, strict=True):
+        assert got.shape == (len(seq) - 1,)
+        np.testing.assert_allclose(got, hf_logprobs(model, seq[:1], seq[1:], 1.0), atol=1e-4)
+    with pytest.raises(InvalidArgument, match="temperature 1.0 only"):
+        tiny_engine.score_batch(sequences, temperature=0.5)
