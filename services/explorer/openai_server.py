@@ -54,6 +54,46 @@ def reply_message(text: str, wrapper: Any, *, tools_offered: bool) -> dict[str, 
     return message
 
 
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the chat template expects them, as vLLM prepares them.
+
+    Content given as a list of parts (AgentScope always sends one) becomes its text parts joined by
+    newlines; a part that is not text (an image) is refused, the engines being text-only. A tool
+    call's `arguments` JSON string becomes the object it encodes, so templates that serialise the
+    arguments (Qwen's) do not encode them twice.
+    """
+    out = []
+    for i, message in enumerate(messages):
+        message = dict(message)
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind != "text":
+                    raise TrinityError(
+                        f"messages[{i}].content: only text parts are supported (the engines are "
+                        f"text-only), got a part of type {kind!r}"
+                    )
+                texts.append(str(part.get("text", "")))
+            message["content"] = "\n".join(texts)
+        if message.get("tool_calls"):
+            message["tool_calls"] = [_decoded_call(call) for call in message["tool_calls"]]
+        out.append(message)
+    return out
+
+
+def _decoded_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            function["arguments"] = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass  # left as the model wrote it
+    return {**call, "function": function}
+
+
 class OpenAIServer:
     """One HTTP server bound to 127.0.0.1 on a free port, serving one ModelWrapper."""
 
@@ -79,7 +119,8 @@ class OpenAIServer:
     def chat_completion(self, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("stream"):
             raise TrinityError("stream=true is not supported by the explorer's OpenAI API")
-        exps = self.wrapper.chat(body["messages"], tools=body.get("tools"), **_sampling_args(body))
+        messages = template_messages(body["messages"])
+        exps = self.wrapper.chat(messages, tools=body.get("tools"), **_sampling_args(body))
         choices = []
         for i, exp in enumerate(exps):
             message = reply_message(exp.response_text, self.wrapper, tools_offered=bool(body.get("tools")))

@@ -67,3 +67,38 @@ def test_completions_over_plain_http(wrapper):
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(bad, timeout=30)
     assert info.value.code == 400
+
+
+def test_content_parts_and_tool_call_arguments_reach_the_template_as_vllm_prepares_them(wrapper):
+    client = wrapper.get_openai_client()
+    client.chat.completions.create(
+        model="m",
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "12+"}, {"type": "text", "text": "30="}]},
+        ],
+        max_tokens=2,
+    )
+    [exp] = wrapper.extract_experience_from_history()
+    assert exp.prompt_text == "12+\n30=" and exp.messages[0].content == "12+\n30="
+    with pytest.raises(Exception, match="only text parts are supported") as info:
+        client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        )
+    assert getattr(info.value, "status_code", None) == 400
+    # a template that prints the arguments' type sees the object, not its JSON string
+    wrapper.chat_template = (
+        "{% for m in messages %}{% for c in m.tool_calls or [] %}"
+        "{{ c.function.arguments is mapping }}:{{ c.function.arguments.x }}{% endfor %}{% endfor %}"
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 7}'}}
+    client.chat.completions.create(
+        model="m",
+        messages=[
+            {"role": "user", "content": "1"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ],
+        max_tokens=1,
+    )
+    [exp] = wrapper.extract_experience_from_history()
+    assert exp.prompt_text == "True:7"
