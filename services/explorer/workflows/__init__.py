@@ -18,8 +18,6 @@ WORKFLOWS = Registry(
         "step_wise_env_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
         "multi_turn_workflow": "services.explorer.workflows.multi_turn:StepWiseEnvWorkflow",
         "step_wise_chat_env_workflow": "services.explorer.workflows.step_wise:ChatEnvWorkflow",
-        "on_policy_distill_workflow": "services.explorer.workflows.distill:OnPolicyDistillWorkflow",
-        "on_policy_distill_math_workflow": "services.explorer.workflows.distill:OnPolicyDistillMathWorkflow",
         # math evaluation, reward models and LLM judges (judges are explorer.auxiliary_models)
         "math_eval_workflow": "services.explorer.workflows.math_eval:MathEvalWorkflow",
         "async_math_eval_workflow": "services.explorer.workflows.math_eval:AsyncMathEvalWorkflow",
@@ -35,6 +33,27 @@ WORKFLOWS = Registry(
         "sudoku_workflow": "services.explorer.workflows.sudoku:SudokuWorkflow",
         "tool_call_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
         "toolcall_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
+        # environments that need their own package and data (preflight names what is missing)
+        "alfworld_workflow": "services.explorer.workflows.alfworld:AlfworldWorkflow",
+        "step_wise_alfworld_workflow": "services.explorer.workflows.alfworld:StepWiseAlfworldWorkflow",
+        "RAFT_alfworld_workflow": "services.explorer.workflows.alfworld_raft:RAFTAlfworldWorkflow",
+        "RAFT_reflect_alfworld_workflow": "services.explorer.workflows.alfworld_raft:RAFTReflectAlfworldWorkflow",
+        "sciworld_workflow": "services.explorer.workflows.sciworld:SciWorldWorkflow",
+        "webshop_workflow": "services.explorer.workflows.webshop:WebShopWorkflow",
+        "email_search_workflow": "services.explorer.workflows.email_search:EmailSearchWorkflow",
+        # AgentScope agents
+        "agentscope_workflow_adapter": "services.explorer.workflows.agentscope:AgentScopeWorkflowAdapter",
+        "agentscope_workflow_adapter_v1": "services.explorer.workflows.agentscope:AgentScopeWorkflowAdapterV1",
+        "agentscope_react_workflow": "services.explorer.workflows.agentscope_react:AgentScopeReActWorkflow",
+        "as_react_workflow": "services.explorer.workflows.agentscope_react:AgentScopeReActWorkflow",
+        "agentscope_react_math_workflow": "services.explorer.workflows.agentscope_react:AgentScopeReactMathWorkflow",
+        "agentscopev0_react_math_workflow": "services.explorer.workflows.agentscope_react:AgentScopeV0ReactMathWorkflow",
+        "agentscope_v1_react_search_workflow": "services.explorer.workflows.agentscope_react:AgentScopeV1ReactSearchWorkflow",
+        # multimodal and distillation
+        "simple_mm_workflow": "services.explorer.workflows.simple_mm:SimpleMMWorkflow",
+        "async_simple_mm_workflow": "services.explorer.workflows.simple_mm:AsyncSimpleMMWorkflow",
+        "on_policy_distill_workflow": "services.explorer.workflows.distill:OnPolicyDistillWorkflow",
+        "on_policy_distill_math_workflow": "services.explorer.workflows.distill:OnPolicyDistillMathWorkflow",
     },
 )
 
