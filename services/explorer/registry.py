@@ -62,6 +62,10 @@ class Registry:
     def names(self) -> list[str]:
         return sorted({*self._defaults, *self._modules})
 
+    def builtin_names(self) -> list[str]:
+        """The names this project ships (not those registered by plugins or user code)."""
+        return sorted(self._defaults)
+
     def __contains__(self, name: str) -> bool:
         return name in self._modules or name in self._defaults
 

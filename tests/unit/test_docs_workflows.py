@@ -27,7 +27,7 @@ def test_every_workflow_is_documented() -> None:
     table = section("Workflows").split("Base classes")[0]
     rows = {line for line in table.splitlines() if line.startswith("| `")}
     documented = {name for row in rows for name in named(row.split(" | ")[0])}
-    assert documented == set(WORKFLOWS.names())
+    assert documented == set(WORKFLOWS.builtin_names())
 
 
 def test_every_reward_fn_and_operator_is_documented() -> None:
@@ -37,5 +37,5 @@ def test_every_reward_fn_and_operator_is_documented() -> None:
         if line.startswith("| `")
         for n in named(line.split(" | ")[0])
     }
-    assert rewards == set(REWARD_FUNCTIONS.names())
-    assert set(EXPERIENCE_OPERATORS.names()) <= named(section("Experience operators"))
+    assert rewards == set(REWARD_FUNCTIONS.builtin_names())
+    assert set(EXPERIENCE_OPERATORS.builtin_names()) <= named(section("Experience operators"))

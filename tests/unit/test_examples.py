@@ -105,8 +105,9 @@ def test_gsm8k_prepared_taskset_is_what_the_config_reads(
     assert train[0][taskset.format.prompt_key] == GSM8K_ROWS[0]["question"]
 
     reward = REWARD_FUNCTIONS.get(taskset.default_reward_fn_type or "")
-    assert reward(response="So the total is \\boxed{1,234}.", truth=train[1]["answer"]) == {"accuracy": 1.0}
-    assert reward(response="The answer is \\boxed{1235}.", truth=train[1]["answer"]) == {"accuracy": 0.0}
+    right = reward(response="So the total is \\boxed{1,234}.", truth=train[1]["answer"])
+    assert right == {"accuracy": 1.0, "format_score": -0.1}  # no <think>/<answer> layout: Trinity's -0.1
+    assert reward(response="The answer is \\boxed{1235}.", truth=train[1]["answer"])["accuracy"] == 0.0
 
 
 def test_gsm8k_prepare_rejects_rows_without_a_final_answer(tmp_path: pathlib.Path) -> None:

@@ -78,7 +78,8 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     ),
     "buffer.*.format.image_key": KeyMeaning(
         "rejected",
-        "multi-modal rows: refused when set (engines, workflows and trainer are text-only); also video_key",
+        "multi-modal rows: refused when set (the engines and the trainer are text-only; simple_mm_workflow "
+        "exists and refuses image rows); also video_key",
     ),
     # model
     "model.enable_thinking": KeyMeaning(

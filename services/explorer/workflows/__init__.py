@@ -1,7 +1,7 @@
 """Workflows: the registry, Task / Workflow, and the built-ins (listed here, imported on first use)."""
 
 from services.explorer.registry import Registry
-from services.explorer.workflows.base import RolloutArgs, Task, Workflow
+from services.explorer.workflows.base import ResettableWorkflow, RolloutArgs, Task, Workflow
 from services.explorer.workflows.base import WorkflowExperience as Experience
 
 WORKFLOWS = Registry(
@@ -57,4 +57,4 @@ WORKFLOWS = Registry(
     },
 )
 
-__all__ = ["WORKFLOWS", "Experience", "RolloutArgs", "Task", "Workflow"]
+__all__ = ["WORKFLOWS", "Experience", "ResettableWorkflow", "RolloutArgs", "Task", "Workflow"]

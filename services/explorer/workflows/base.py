@@ -184,6 +184,17 @@ class Workflow:
         raise NotImplementedError(f"{type(self).__name__} has no run_async(); set is_async = False")
 
 
+class ResettableWorkflow(Workflow):
+    """A workflow set up entirely by `reset(task)`: construction calls it, and the runner reuses one
+    instance for the next task of the same workflow (can_reset)."""
+
+    can_reset = True
+
+    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        self.reset(task)
+
+
 @dataclass
 class WorkflowExperience(Experience):
     """Experience with model_version optional, as Trinity workflows build it (the runner stamps it).

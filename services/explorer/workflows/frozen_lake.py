@@ -36,7 +36,7 @@ from services.common.errors import InvalidArgument
 from services.common.experience import ChatMessage, Experience
 from services.common.logging import get_logger
 from services.explorer.rewards import REWARD_FUNCTIONS, resolve_reward
-from services.explorer.workflows.base import Task, Workflow
+from services.explorer.workflows.base import ResettableWorkflow, Task
 from services.explorer.workflows.frozen_lake_env import FrozenLake, generate_random_map, parse_action
 from services.explorer.workflows.frozen_lake_prompts import (
     MULTI_SHOT_SYSTEM_PROMPT,
@@ -100,15 +100,10 @@ class Episode:
         self.pieces.pop()
 
 
-class FrozenLakeWorkflow(Workflow):
+class FrozenLakeWorkflow(ResettableWorkflow):
     """See the module docstring. One episode per run; resettable (the lake is rebuilt per task)."""
 
     is_async = True
-    can_reset = True
-
-    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
-        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(task)
 
     def reset(self, task: Task) -> None:
         self.task = task

@@ -9,23 +9,16 @@ experience metrics (`accuracy` feeds mean@k / best@k and the pass rate).
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.common.experience import Experience
 from services.explorer.rewards import REWARD_FUNCTIONS, resolve_reward
-from services.explorer.workflows.base import Task, Workflow
+from services.explorer.workflows.base import ResettableWorkflow, Task
 
 
-class SimpleWorkflow(Workflow):
+class SimpleWorkflow(ResettableWorkflow):
     """One prompt, n samples, one reward each. Resettable and repeatable."""
 
     can_repeat = True
-    can_reset = True
     default_reward_fn = "exact_match_reward"
-
-    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
-        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(task)
 
     def reset(self, task: Task) -> None:
         self.task = task

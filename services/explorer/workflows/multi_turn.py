@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from typing import Any
 
 import numpy as np
 
 from services.common.experience import Experience
 from services.explorer.registry import Registry
-from services.explorer.workflows.base import Task, Workflow
+from services.explorer.workflows.base import ResettableWorkflow, Task
 
 ENVIRONMENTS = Registry(
     "environment", {"guess_number": "services.explorer.workflows.multi_turn:GuessNumberEnv"}
@@ -61,15 +60,10 @@ class GuessNumberEnv(Environment):
         return ("Higher." if guess < self.target else "Lower."), 0.0, False
 
 
-class StepWiseEnvWorkflow(Workflow):
+class StepWiseEnvWorkflow(ResettableWorkflow):
     """Plays one episode per run (the runner repeats it repeat_times times)."""
 
     is_async = True
-    can_reset = True
-
-    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
-        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(task)
 
     def reset(self, task: Task) -> None:
         self.task = task

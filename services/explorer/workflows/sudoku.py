@@ -25,7 +25,7 @@ from typing import Any
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.explorer.workflows.base import Task, Workflow
+from services.explorer.workflows.base import ResettableWorkflow, Task
 
 Board = list[list[int]]
 Move = tuple[int, int, int]
@@ -175,14 +175,8 @@ def apply_moves(board: Board, moves: list[Move] | None) -> bool:
     return is_valid(board)
 
 
-class SudokuWorkflow(Workflow):
+class SudokuWorkflow(ResettableWorkflow):
     """See the module docstring. One episode per run, one experience per step."""
-
-    can_reset = True
-
-    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
-        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(task)
 
     def reset(self, task: Task) -> None:
         self.task = task

@@ -1,238 +1,24 @@
-"""AgentScope workflows without agentscope: checks, prompts, answer extraction and rewards, and the
-history-to-experience path with stand-in agents that call the real tiny model over the OpenAI API.
-
-agentscope itself is not a dependency; tests/agentscope runs the same workflows with real agentscope
-agents where it is installed. Rewards are derived by hand from math_boxed_reward's rule (accuracy 1
-when the last box states the truth, math_equiv.py; format 0 without the think check).
+"""AgentScope workflows' history-to-experience path with stand-in agents (no agentscope) that call the
+real tiny model over the explorer's OpenAI API: adapters, ReAct, math and search workflows.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import shutil
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
 
-from services.common.config.buffer import FormatConfig
-from services.common.errors import FailedPrecondition, InvalidArgument
-from services.explorer.engines.base import BatchingEngine
-from services.explorer.engines.transformers_engine import TransformersEngine
+from services.common.errors import InvalidArgument
 from services.explorer.model_wrapper import ModelWrapper
-from services.explorer.workflows import WORKFLOWS, Task
+from services.explorer.workflows import Task
 from services.explorer.workflows import agentscope as adapters
 from services.explorer.workflows import agentscope_react as react
 from services.explorer.workflows import agentscope_search as search
-from services.explorer.workflows.agentscope_support import (
-    AGENTSCOPE_V0_INSTALL,
-    AGENTSCOPE_V1_INSTALL,
-    final_answer_text,
-    resolve_function,
-)
-from services.models.loading import load_causal_lm, load_tokenizer
-
-V1 = AGENTSCOPE_V1_INSTALL
-
-
-@pytest.fixture
-def wrapper() -> Iterator[ModelWrapper]:
-    tok = load_tokenizer("builtin:tiny-arith")
-    engine = BatchingEngine(
-        TransformersEngine(
-            load_causal_lm("builtin:tiny-arith"),
-            eos_token_ids=[tok.eos_token_id],
-            pad_token_id=tok.pad_token_id,
-        )
-    )
-    model = ModelWrapper(
-        engine, tok, max_prompt_tokens=200, max_response_tokens=8, enable_history=True, model_name="tiny"
-    )
-    yield model
-    model.close()
-    engine.close()
-
-
-@pytest.fixture
-def no_agentscope(monkeypatch: pytest.MonkeyPatch) -> None:
-    """agentscope absent, whatever this environment has (stand-in agents need no version check either)."""
-    real_spec, real_version = importlib.util.find_spec, importlib.metadata.version
-
-    def version(name: str) -> str:
-        if name == "agentscope":
-            raise importlib.metadata.PackageNotFoundError(name)
-        return real_version(name)
-
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "agentscope" else real_spec(name, *a)
-    )
-    monkeypatch.setattr(importlib.metadata, "version", version)
-
-
-def installed(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
-    """Pretend agentscope `version` is installed (only the checks look; nothing imports it)."""
-    real_spec, real_version = importlib.util.find_spec, importlib.metadata.version
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: object() if name == "agentscope" else real_spec(name, *a),
-    )
-    monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: version if name == "agentscope" else real_version(name)
-    )
-
-
-def task_for(name: str, raw: dict[str, Any], **changes: Any) -> Task:
-    workflow = changes.pop("workflow", None) or WORKFLOWS.get(name)
-    task = Task(
-        workflow=workflow,
-        raw_task=raw,
-        format_args=FormatConfig(prompt_key="question", response_key="answer"),
-        task_id="t1",
-    )
-    for key, value in changes.items():
-        setattr(task, key, value)
-    return task
-
-
-# --- checks ------------------------------------------------------------------------------------
-
-
-def test_preflight_names_the_missing_package_and_the_agent_function(no_agentscope: None) -> None:
-    missing = "needs the Python package 'agentscope', which is not installed"
-    assert adapters.AgentScopeWorkflowAdapter.preflight({}) == [
-        f"AgentScopeWorkflowAdapter {missing} ({V1})",
-        "AgentScopeWorkflowAdapter needs workflow_args.workflow_func: the agent's async function, as a "
-        "dotted path (my_pkg.agents:solve)",
-    ]
-    assert react.AgentScopeReActWorkflow.preflight({}) == [f"AgentScopeReActWorkflow {missing} ({V1})"]
-    assert react.AgentScopeV0ReactMathWorkflow.preflight({}) == [
-        f"AgentScopeV0ReactMathWorkflow {missing} (pip install 'agentscope>=0.1.4,<1')"
-    ]
-    assert V1 == "pip install 'agentscope>=1.0.7,<2' 'mcp<2'"
-    for name in ("agentscope_react_math_workflow", "as_react_workflow", "agentscope_workflow_adapter_v1"):
-        assert any("'agentscope'" in p for p in WORKFLOWS.get(name).preflight({"workflow_func": len}))
-
-
-def test_preflight_names_a_wrong_agentscope_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    installed(monkeypatch, "2.0.11")
-    assert react.AgentScopeReactMathWorkflow.preflight({}) == [
-        f"AgentScopeReactMathWorkflow is written against agentscope 1.x, but agentscope 2.0.11 is installed ({V1})"
-    ]
-    assert react.AgentScopeV0ReactMathWorkflow.preflight({}) == [
-        "AgentScopeV0ReactMathWorkflow is written against agentscope 0.x, but agentscope 2.0.11 is installed "
-        f"({AGENTSCOPE_V0_INSTALL})"
-    ]
-    installed(monkeypatch, "1.0.21")
-    assert react.AgentScopeReactMathWorkflow.preflight({}) == []
-    assert react.AgentScopeReActWorkflow.preflight({"type": "email_search"}) == [
-        "workflow_args.type 'email_search' of agentscope_react_workflow: it needs Trinity's email_searcher "
-        "environment (an indexed e-mail SQLite database and an LLM judge), which is not part of this project; "
-        "available: ['gsm8k']"
-    ]
-    assert (
-        "type 'math' of agentscope_react_workflow: no such template;"
-        in react.AgentScopeReActWorkflow.preflight({"type": "math"})[0]
-    )
-
-
-def test_search_preflight_needs_its_server_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    installed(monkeypatch, "1.0.21")
-    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
-    monkeypatch.setattr(shutil, "which", lambda name: None)
-    cls = search.AgentScopeV1ReactSearchWorkflow
-    assert cls.preflight({"search_client_type": "tavily"}) == [
-        "AgentScopeV1ReactSearchWorkflow with search_client_type 'tavily' needs the environment variable "
-        "TAVILY_API_KEY (its MCP search server reads it)",
-        "AgentScopeV1ReactSearchWorkflow starts its MCP search server with npx, which is not on PATH (install Node.js)",
-    ]
-    assert cls.preflight({"search_client_type": "bing"}) == [
-        "search_client_type must be one of ['searxng', 'tavily'], got 'bing'"
-    ]
-    monkeypatch.setenv("SEARXNG_URL", "http://127.0.0.1:1")
-    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/npx")
-    assert cls.preflight({}) == []
-
-
-def test_construction_refuses_what_preflight_reports(no_agentscope: None, wrapper: ModelWrapper) -> None:
-    task = task_for("agentscope_react_math_workflow", {"question": "1+1=", "answer": "2"})
-    with pytest.raises(FailedPrecondition) as info:
-        task.to_workflow(wrapper)
-    assert info.value.message == "; ".join(react.AgentScopeReactMathWorkflow.preflight({}))
-
-
-def test_construction_needs_history(monkeypatch: pytest.MonkeyPatch, wrapper: ModelWrapper) -> None:
-    installed(monkeypatch, "1.0.21")
-    wrapper.enable_history = False
-    with pytest.raises(InvalidArgument) as info:
-        task_for("as_react_workflow", {"question": "1+1="}).to_workflow(wrapper)
-    assert info.value.field == "explorer.rollout_model.enable_history"
-
-
-def test_agent_functions_resolve_from_dotted_paths() -> None:
-    here = __name__
-    assert resolve_function(f"{here}:two_call_agent", "workflow_func", "W") is two_call_agent
-    assert resolve_function(two_call_agent, "workflow_func", "W") is two_call_agent
-    with pytest.raises(
-        InvalidArgument, match="W: cannot import workflow_args.judge_func 'nowhere.mod:judge'"
-    ):
-        resolve_function("nowhere.mod:judge", "judge_func", "W")
-    with pytest.raises(
-        InvalidArgument, match=r"'services.explorer.workflows.agentscope_react:GSM8K_SYSTEM_PROMPT' is a str"
-    ):
-        resolve_function(
-            "services.explorer.workflows.agentscope_react:GSM8K_SYSTEM_PROMPT", "workflow_func", "W"
-        )
-
-
-# --- answers and rewards -----------------------------------------------------------------------
-
-
-def test_reference_answer_and_final_answer_text() -> None:
-    assert react.reference_answer("48/2 = 24 clips.\n#### 72") == "72"
-    assert react.reference_answer("0.5") == "0.5"
-    assert (
-        final_answer_text(SimpleNamespace(metadata={"result": "\\boxed{3}"}, content="ignored"))
-        == "\\boxed{3}"
-    )
-    assert final_answer_text(SimpleNamespace(metadata=None, content={"result": "7"})) == "7"
-    blocks = [
-        {"type": "text", "text": "so"},
-        {"type": "tool_use", "id": "1"},
-        {"type": "text", "text": "\\boxed{4}"},
-    ]
-    assert final_answer_text(SimpleNamespace(metadata=None, content=blocks)) == "so\n\\boxed{4}"
-    assert final_answer_text(None) == ""
-
-
-def test_math_rewards_by_hand() -> None:
-    truth = "Half of 1 is a half.\n#### 0.5"
-    assert react.math_answer_parts("\\boxed{\\frac{1}{2}}", truth) == {"accuracy": 1.0, "format_score": 0.0}
-    assert react.math_answer_parts("0.5", truth) == {"accuracy": 0.0, "format_score": 0.0}  # no box
-    assert react.gsm8k_reward({"result": "It is \\boxed{1/2}"}, truth) == {
-        "accuracy": 1.0,
-        "format_score": 0.0,
-    }
-    assert react.gsm8k_reward(None, truth) == {"accuracy": 0.0, "format_score": 0.0}  # no structured reply
-    assert react.gsm8k_reward({"result": "\\boxed{2}"}, "2", format_score_coef=0.5)["accuracy"] == 1.0
-    assert react.GSM8K_SYSTEM_PROMPT.endswith("within \\boxed{{}}.")
-    assert react.MATH_REACT_SYSTEM_PROMPT == f"\n{react.GSM8K_SYSTEM_PROMPT}\n"
-
-
-def test_search_judge_rule_and_prompt() -> None:
-    assert search.judge_says_correct("1. **Reasoning**: same.\n2. **Correctness**: YES")
-    assert search.judge_says_correct("correctness: yes")
-    assert not search.judge_says_correct("**Correctness**: NO\nYES, I am sure")  # YES on another line
-    system, user = search.judge_messages("Capital of France?", "Paris", "Paris")
-    assert system == {"role": "system", "content": "You evaluate correctness."}
-    assert user["role"] == "user" and user["content"].startswith(
-        "Judge whether the following [response] to [question] is correct or not based on the [correct_answer] "
-        "below.\n\n[question]: Capital of France?\n\n[response]: Paris\n\n[correct_answer]: Paris\n\n"
-    )
-
+from services.explorer.workflows.agentscope_support import resolve_function
+from tests.unit.agentscope_workflows.conftest import task_for
 
 # --- runs with stand-in agents on the real model ----------------------------------------------
 
@@ -504,3 +290,19 @@ async def test_search_workflow_judges_the_answer(
     silent = FakeJudge("Correctness: YES")
     assert [e.reward for e in await task.to_workflow(wrapper, [silent]).run_async()] == [0.0]
     assert silent.requests == []
+
+
+def test_agent_functions_resolve_from_dotted_paths() -> None:
+    here = __name__
+    assert resolve_function(f"{here}:two_call_agent", "workflow_func", "W") is two_call_agent
+    assert resolve_function(two_call_agent, "workflow_func", "W") is two_call_agent
+    with pytest.raises(
+        InvalidArgument, match="W: cannot import workflow_args.judge_func 'nowhere.mod:judge'"
+    ):
+        resolve_function("nowhere.mod:judge", "judge_func", "W")
+    with pytest.raises(
+        InvalidArgument, match=r"'services.explorer.workflows.agentscope_react:GSM8K_SYSTEM_PROMPT' is a str"
+    ):
+        resolve_function(
+            "services.explorer.workflows.agentscope_react:GSM8K_SYSTEM_PROMPT", "workflow_func", "W"
+        )
