@@ -10,7 +10,7 @@ import pytest
 from services.common.config.buffer import FormatConfig
 from services.common.errors import InvalidArgument
 from services.explorer.workflows import WORKFLOWS, Task
-from services.explorer.workflows.distill import math_accuracy
+from services.explorer.workflows.math_eval import eval_accuracy
 
 
 def wrapper(name: str) -> Any:
@@ -82,7 +82,7 @@ def test_a_teacher_is_required() -> None:
     ],
 )
 def test_math_accuracy(reply: str, truth: str, score: float) -> None:
-    assert math_accuracy(reply, truth) == score
+    assert eval_accuracy(reply, truth) == score  # what on_policy_distill_math_workflow scores with
 
 
 def test_math_variant_asks_qwen_math_style() -> None:

@@ -20,6 +20,8 @@ import torch
 
 from services.common.experience import Experience
 from services.explorer.pipeline.operators import ExperienceOperator
+from services.trainer.algorithms.advantage.step_wise import check_std_cal_level, step_wise_grpo_scores
+from services.trainer.algorithms.presets import resolve
 
 
 class StepWiseGRPO(ExperienceOperator):
@@ -32,15 +34,7 @@ class StepWiseGRPO(ExperienceOperator):
         std_cal_level: str = "group",
         std_threshold: float | None = None,
     ) -> None:
-        from services.trainer.algorithms.advantage.step_wise import STD_LEVELS
-
-        if std_cal_level not in STD_LEVELS:
-            from services.common.errors import InvalidArgument
-
-            raise InvalidArgument(
-                f"std_cal_level must be one of {', '.join(STD_LEVELS)}, got {std_cal_level!r}",
-                field="algorithm.advantage_fn_args.std_cal_level",
-            )
+        check_std_cal_level(std_cal_level)  # at start-up, not at the first step
         self.args: dict[str, Any] = {
             "epsilon": epsilon,
             "enable_step_norm": enable_step_norm,
@@ -49,8 +43,6 @@ class StepWiseGRPO(ExperienceOperator):
         }
 
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
-        from services.trainer.algorithms.advantage.step_wise import step_wise_grpo_scores
-
         train = [e for e in exps if not e.is_eval]
         if not train:
             return exps, {}
@@ -95,8 +87,6 @@ class StepWiseGRPO(ExperienceOperator):
 
 def explorer_side_advantage(cfg: Any) -> tuple[str, ExperienceOperator] | None:
     """The advantage operator the explorer must run for `cfg.algorithm`, if its advantage fn lives here."""
-    from services.trainer.algorithms.presets import resolve
-
     algorithm = resolve(cfg.algorithm)
     if algorithm.advantage_fn != "step_wise_grpo":
         return None

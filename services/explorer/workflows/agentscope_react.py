@@ -176,20 +176,27 @@ class AgentScopeReActWorkflow(AgentScopeV1Workflow):
         )
 
 
-class AgentScopeReactMathWorkflow(AgentScopeV1Workflow):
-    """`agentscope_react_math_workflow`: a math ReAct agent with a Python tool; resettable."""
+class _MathAgentTask:
+    """What both math ReAct workflows keep per task: the question, the truth and a fresh agent."""
 
     can_reset = True
-
-    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
-        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
-        self.reset(task)
 
     def reset(self, task: Task) -> None:
         self.task = task
         self.task_desc = require_question(task, type(self).__name__)
         self.truth = task.truth
         self.agent = self.build_agent()
+
+    def build_agent(self) -> Any:
+        raise NotImplementedError
+
+
+class AgentScopeReactMathWorkflow(_MathAgentTask, AgentScopeV1Workflow):
+    """`agentscope_react_math_workflow`: a math ReAct agent with a Python tool; resettable."""
+
+    def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
+        super().__init__(task=task, model=model, auxiliary_models=auxiliary_models)
+        self.reset(task)
 
     def build_agent(self) -> Any:
         from agentscope.agent import ReActAgent
@@ -220,10 +227,9 @@ class AgentScopeReactMathWorkflow(AgentScopeV1Workflow):
         )
 
 
-class AgentScopeV0ReactMathWorkflow(Workflow):
+class AgentScopeV0ReactMathWorkflow(_MathAgentTask, Workflow):
     """`agentscopev0_react_math_workflow`: the math agent on agentscope 0.x's ReActAgentV2 (sync)."""
 
-    can_reset = True
     requires = (("agentscope", AGENTSCOPE_V0_INSTALL),)
     model_config_name = "my_model"
 
@@ -265,12 +271,6 @@ class AgentScopeV0ReactMathWorkflow(Workflow):
         toolkit = ServiceToolkit()
         toolkit.add(execute_python_code, timeout=300, use_docker=False, maximum_memory_bytes=None)
         return toolkit
-
-    def reset(self, task: Task) -> None:
-        self.task = task
-        self.task_desc = require_question(task, type(self).__name__)
-        self.truth = task.truth
-        self.agent = self.build_agent()
 
     def build_agent(self) -> Any:
         from agentscope.agents import ReActAgentV2

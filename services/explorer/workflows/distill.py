@@ -11,24 +11,20 @@ The teacher must share the student's tokenizer (the same token ids are scored). 
 `kl_divergence`: sum over the response of student - teacher logprob (a sample estimate of KL).
 
 The math variant asks Qwen2.5-Math's way ("Please reason step by step, and put your final answer
-within \boxed{}.", system "You are a helpful assistant.") and scores accuracy with
-services/explorer/math_equiv.py (last \boxed{}, else the last number).
+within \boxed{}.", system "You are a helpful assistant.") and scores accuracy as
+math_eval_workflow does (Qwen2.5-Math's answer reading, math_equiv.py), as Trinity does.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.explorer.answers import last_boxed
-from services.explorer.math_equiv import equivalent
 from services.explorer.workflows.base import Task, Workflow
-
-_NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?"
+from services.explorer.workflows.math_eval import eval_accuracy
 
 
 class OnPolicyDistillWorkflow(Workflow):
@@ -98,17 +94,6 @@ class OnPolicyDistillWorkflow(Workflow):
         return exps
 
 
-def math_accuracy(response: str, truth: str | None) -> float:
-    r"""1.0 when the last `\boxed{}` (else the last number) of the reply equals the truth."""
-    if not response or truth is None:
-        return 0.0
-    answer = last_boxed(response)
-    if answer is None:
-        numbers = re.findall(_NUMBER, response)
-        answer = numbers[-1] if numbers else None
-    return 1.0 if answer is not None and equivalent(answer, last_boxed(truth) or truth) else 0.0
-
-
 class OnPolicyDistillMathWorkflow(OnPolicyDistillWorkflow):
     """Qwen2.5-Math prompt; the reward (and metric `accuracy`) is the answer's correctness."""
 
@@ -123,6 +108,6 @@ class OnPolicyDistillMathWorkflow(OnPolicyDistillWorkflow):
         ]
 
     def compute_reward(self, exp: Experience) -> float:
-        accuracy = math_accuracy(exp.response_text, None if self.truth is None else str(self.truth))
+        accuracy = 0.0 if self.truth is None else eval_accuracy(exp.response_text, str(self.truth))
         exp.metrics["accuracy"] = accuracy
         return accuracy

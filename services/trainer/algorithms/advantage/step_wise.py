@@ -28,6 +28,14 @@ from services.common.errors import InvalidArgument
 STD_LEVELS = ("group", "batch", "none")
 
 
+def check_std_cal_level(level: str) -> None:
+    if level not in STD_LEVELS:
+        raise InvalidArgument(
+            f"std_cal_level must be one of {', '.join(STD_LEVELS)}, got {level!r}",
+            field="algorithm.advantage_fn_args.std_cal_level",
+        )
+
+
 def step_wise_grpo_scores(
     rewards: Tensor,  # [B] reward of each step row
     task_index: Tensor,  # [B] long, rows of one task share it
@@ -40,11 +48,7 @@ def step_wise_grpo_scores(
     std_threshold: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Returns (advantage of each row's run [B], keep [B] bool), before broadcasting over tokens."""
-    if std_cal_level not in STD_LEVELS:
-        raise InvalidArgument(
-            f"std_cal_level must be one of {', '.join(STD_LEVELS)}, got {std_cal_level!r}",
-            field="algorithm.advantage_fn_args.std_cal_level",
-        )
+    check_std_cal_level(std_cal_level)
     runs = torch.unique(run_index)
     final: dict[int, float] = {}
     steps: dict[int, int] = {}
