@@ -217,7 +217,9 @@ def test_killed_services_and_runner_continue_the_run(tmp_path: pathlib.Path) -> 
     try:
         proc = start_run(config, log)
         procs.append(proc)
-        wait_for("trainer step 8", lambda: len(steps()) >= 8, proc, 240)
+        # killed one or two steps past a checkpoint (save_interval 5), never on one, so its last
+        # steps are not in the checkpoint it resumes from (a fast machine ran past 8 to 10 once)
+        wait_for("trainer step 11 or 12", lambda: len(steps()) >= 8 and steps()[-1] % 5 in (1, 2), proc, 240)
         [trainer] = child_pids(marker, "trainer")
         os.kill(trainer, signal.SIGKILL)
         wait_for(
@@ -260,7 +262,7 @@ def test_killed_services_and_runner_continue_the_run(tmp_path: pathlib.Path) -> 
     assert all(b > a for a, b in zip(sequence, sequence[1:], strict=False)), sequence
     assert len(sequence) >= 38, sequence  # a kill between publish and log may hide one step's line
     live, lost = in_weights(rows, events(run_dir))
-    assert lost, "the trainer was killed after step 8 with its checkpoint at 5: steps were lost"
+    assert lost, "the trainer was killed a step or two after its checkpoint: steps were lost"
     trained = [rid for row in live for rid in row["rows"]]
     assert len(trained) == len(set(trained)), "a row's update is in the weights twice"
     # every row of a lost step was trained again from the trainer's replay journal
