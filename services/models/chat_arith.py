@@ -1,4 +1,4 @@
-r"""The chat-model arithmetic task set: "What is 63 + 2? Put your final answer in \boxed{}."
+r"""The chat-model arithmetic task set: "What is $63 + 2$? Give the final answer as a LaTeX \boxed{} expression."
 
 Every problem a + b with a in 10..99 and b in 2..9 (720 in all). A fixed held-out split of 200 problems
 (a seeded shuffle, the same on every machine) is never in the training file, so held-out accuracy
@@ -6,7 +6,11 @@ measures generalisation to unseen sums, not recall. Rows are `{"question": ..., 
 files are read through the normal taskset config (`prompt_key: question`, `response_key: answer`).
 
 The prompt carries no example answer: with one (`for example \boxed{7}`) SmolLM2-135M learned to box
-the example (see services/explorer/shaped_reward.py). `chat_messages` builds the one user message from
+the example (see services/explorer/shaped_reward.py). The wording is measured: with "Put your final
+answer in \boxed{}." SmolLM2-135M boxed 3 % of its samples at temperature 0.7 and GRPO's groups often
+settled on the right number unboxed (0.5 credit, all samples alike, nothing left to learn from); asking
+for "a LaTeX \boxed{} expression" of a question written in LaTeX (`$63 + 2$`) it boxes 28 % of its
+samples (1 % greedy, held-out strict still ~1 %), so the boxed format is in every group from the start. `chat_messages` builds the one user message from
 the question alone; `render_prompt` renders it with the model's own chat template. Neither ever sees the
 answer. `python -m services.models.chat_arith OUT_DIR` writes train.jsonl and heldout.jsonl.
 """
@@ -21,7 +25,7 @@ from typing import Any, Protocol
 
 from services.common.errors import InvalidArgument
 
-QUESTION = "What is {a} + {b}? Put your final answer in \\boxed{{}}."
+QUESTION = "What is ${a} + {b}$? Give the final answer as a LaTeX \\boxed{{}} expression."
 A_RANGE = range(10, 100)
 B_RANGE = range(2, 10)
 HELDOUT_SIZE = 200

@@ -35,7 +35,10 @@ def tokenizer() -> PreTrainedTokenizerFast:
 def test_rows_and_fixed_disjoint_split() -> None:
     rows = all_rows()
     assert len(rows) == 90 * 8
-    assert rows[0] == {"question": "What is 10 + 2? Put your final answer in \\boxed{}.", "answer": "12"}
+    assert rows[0] == {
+        "question": "What is $10 + 2$? Give the final answer as a LaTeX \\boxed{} expression.",
+        "answer": "12",
+    }
     train, held = split_rows()
     assert (len(train), len(held)) == (520, 200)
     assert not {r["question"] for r in train} & {r["question"] for r in held}
