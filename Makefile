@@ -103,6 +103,7 @@ bench-vllm: $(VLLM_STAMP) model-smollm2
 	$(VLLM_BIN)/pip install -q -c $(VLLM_VENV)/bench-constraints.txt trl
 	$(VLLM_BIN)/python benchmarks/rollout.py --engine vllm --max-tokens 32 --rounds 4
 	$(VLLM_BIN)/python benchmarks/vllm_weight_push.py
+	$(VLLM_BIN)/python benchmarks/smollm2_prompt_wording.py
 	$(VLLM_BIN)/python benchmarks/smollm2_grpo.py
 
 # ---- deploy/ brought up for real: docker compose and systemd, offline (docs/deploy.md) ------------

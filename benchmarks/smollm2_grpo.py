@@ -9,7 +9,8 @@ arithmetic questions × 8 samples per step at temperature 0.7 and at most 64 new
 boxed reward, GRPO advantages (flat groups exactly 0 and left out of the update), one token-mean
 update per batch in micro-batches of 16 sorted by length, AdamW lr 1e-5 (betas 0.9/0.99, weight
 decay 0.01), grad clip 1.0, no KL, the weights used for sampling updated every step.
-- ours: `trinity run` of that config (engine vllm, checkpoint sync every step), evals removed;
+- ours: `trinity run` of that config (engine vllm, checkpoint sync every step), evals removed, the
+  training file read in order (the example shuffles it) so that every side gets the same questions;
 - loop: one process, transformers' `generate` for sampling (what real-model.md's measured loop
   did), the same model object updated in place, so its "sync" costs nothing;
 - trl: TRL's GRPOTrainer (issue 21's SmolLM2 figure) with its default generation (transformers
@@ -69,10 +70,11 @@ def hand_loop(model_dir: str, steps: int) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.99), weight_decay=0.01)
     train, _ = split_rows()
-    times, rewards = [], []
+    times, rewards, sample_s, update_s, trained = [], [], [], [], []
     for step in range(steps):
         rows = train[step * QUESTIONS : (step + 1) * QUESTIONS]
         prompts = tok([render_prompt(tok, r) for r in rows], return_tensors="pt", padding=True)
+        t0 = time.perf_counter()
         model.eval()
         with torch.no_grad():
             out = model.generate(
@@ -97,10 +99,15 @@ def hand_loop(model_dir: str, steps: int) -> dict[str, Any]:
         )
         rewards.append(float(scores.mean()))
         prompt_mask = prompts["attention_mask"].repeat_interleave(SAMPLES, dim=0)
+        t1 = time.perf_counter()
         _update(model, opt, tok, out, prompt_mask, adv.flatten())
         times.append(time.time())
-        say(f"hand loop step {step + 1}/{steps}: reward {rewards[-1]:.3f}")
-    return {"times": times, "rewards": rewards}
+        sample_s.append(t1 - t0)
+        update_s.append(time.perf_counter() - t1)
+        trained.append(int((adv != 0).sum()))
+        say(f"hand loop step {step + 1}/{steps}: reward {rewards[-1]:.3f}, rows trained {trained[-1]}")
+    split = {"sample_s": sample_s, "update_s": update_s, "rows_trained": trained}
+    return {"times": times, "rewards": rewards, "split": split}
 
 
 def _update(model: Any, opt: Any, tok: Any, out: Any, prompt_mask: Any, adv: Any) -> None:
@@ -115,6 +122,8 @@ def _update(model: Any, opt: Any, tok: Any, out: Any, prompt_mask: Any, adv: Any
     mask = torch.where(eos.cumsum(1) - eos > 0, 0, 1)  # tokens up to and including the first EOS
     attention = torch.cat([prompt_mask, mask], dim=1)
     active = (adv != 0).nonzero().flatten()
+    if len(active) == 0:  # every group flat: nothing to learn from, no optimizer step
+        return
     order = active[torch.argsort(mask[active].sum(1))]
     for chunk in torch.split(order, MICRO):
         t = int(mask[chunk].sum(1).max())
@@ -142,6 +151,9 @@ def ours(model_dir: str, steps: int, work: pathlib.Path) -> dict[str, Any]:
     cfg = yaml.safe_load(CONFIG.read_text())
     cfg["buffer"]["explorer_input"].pop("eval_tasksets")
     cfg["explorer"]["eval_on_startup"] = False
+    # The training file in order, as the baselines read it: the same questions on every side (the
+    # example shuffles; with other questions the sides' rewards, flat groups and update work differ).
+    cfg["buffer"]["explorer_input"]["taskset"]["task_selector"] = {"selector_type": "sequential"}
     config = work / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     env = {
@@ -155,9 +167,15 @@ def ours(model_dir: str, steps: int, work: pathlib.Path) -> dict[str, Any]:
     subprocess.run([str(trinity), "run", "-c", str(config)], cwd=work, env=env, check=True, stdout=sys.stderr)
     progress = work / "trinity-grpc-examples" / "smollm2-arith-grpo-seed0" / "trainer" / "progress.jsonl"
     records = [json.loads(line) for line in progress.read_text().splitlines()]
+    metrics = [r["metrics"] for r in records]
+    split = {
+        "update_s": [float(m.get("time/update", 0.0)) for m in metrics],
+        "rows_trained": [int(m["batch/rows"] - m.get("batch/skipped_rows", 0.0)) for m in metrics],
+    }
     return {
         "times": [float(r["time"]) for r in records],
         "rewards": [float(r["metrics"]["critic/rewards/mean"]) for r in records],
+        "split": split,
     }
 
 
@@ -179,6 +197,8 @@ def figure(
             "steps": args.steps,
             "threads": os.environ["OMP_NUM_THREADS"],
             "reward_mean": {"ours": mine["rewards"], "baseline": base["rewards"]},
+            # where each side's step goes, per step (a side that trains fewer rows updates faster)
+            "split": {"ours": mine.get("split"), "baseline": base.get("split")},
         },
     }
 
