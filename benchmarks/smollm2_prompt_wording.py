@@ -36,16 +36,10 @@ def measure(llm: Any, rows: list[tuple[int, int]], wording: str) -> dict[str, fl
 
     from services.explorer.answers import last_boxed
     from services.explorer.shaped_reward import shaped_score
+    from services.models.chat_arith import render_prompt
 
     tok = llm.get_tokenizer()
-    prompts = [
-        tok.apply_chat_template(
-            [{"role": "user", "content": wording.format(a=a, b=b)}],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-        for a, b in rows
-    ]
+    prompts = [render_prompt(tok, {"question": wording.format(a=a, b=b)}) for a, b in rows]
     truths = [str(a + b) for a, b in rows]
     t0 = time.perf_counter()
     sampled = llm.generate(
