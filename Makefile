@@ -148,7 +148,7 @@ bench: $(STAMP)
 # runs another seed (its own run dir). Ends with summary.json and plot.png in the run dir.
 SMOLLM2_RUN = runs/trinity-grpc-examples/smollm2-arith-grpo-seed$${SMOLLM2_SEED:-0}
 demo-llm: $(VLLM_STAMP) model-smollm2
-	$(VLLM_BIN)/python -m services.models.chat_arith runs/smollm2_data
+	$(VLLM_BIN)/python -m services.tasks.chat_arith runs/smollm2_data
 	TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/trinity run -c examples/smollm2_grpo/config.yaml
 	$(VLLM_BIN)/trinity plot $(SMOLLM2_RUN)
 	@echo "summary: $(SMOLLM2_RUN)/summary.json  plot: $(SMOLLM2_RUN)/plot.png"

@@ -6,10 +6,10 @@ TRL is a benchmark-only dependency (`make bench` installs it); it is never neede
 or by the tests. Both sides run the same job on CPU: the same starting weights (builtin:tiny-arith
 after a short SFT warm-up on easy problems so that rewards are not all zero, saved once to a
 temporary directory that both load), the same prompts in the same order (2-digit additions made
-by services.models.arith), `batch` prompts × `repeat` samples per step, temperature 1.0, `max_tokens` new tokens, AdamW at a
+by services.tasks.arith), `batch` prompts × `repeat` samples per step, temperature 1.0, `max_tokens` new tokens, AdamW at a
 constant lr without weight decay, grad clip 1.0, one update per batch, no KL term (TRL's default
 beta 0; our kl_loss_fn none), token-mean loss (TRL's "dapo"), and the same reward function
-(services.explorer.rewards.arith_reward: exact match of the text before EOS).
+(services.explorer.rewards.exact.arith_reward: exact match of the text before EOS).
 
 Figure: steady-state wall time per step, (t_last − t_first) / (N − 1) over the times at which
 steps finished (our trainer's progress.jsonl; a TRL callback), so start-up (process spawn, model
@@ -61,8 +61,8 @@ def say(message: str) -> None:
 
 def prepare(work: pathlib.Path, args: argparse.Namespace) -> tuple[pathlib.Path, pathlib.Path]:
     """Write the prompts (exactly steps × batch, read in file order by both) and the starting model."""
-    from services.models.arith import ArithSpec, generate, write_jsonl
     from services.models.loading import load_causal_lm, load_tokenizer, save_model
+    from services.tasks.arith import ArithSpec, generate, write_jsonl
 
     rows = generate(ArithSpec(digits=2), args.steps * args.batch, seed=args.seed)
     data = write_jsonl(rows, work / "rl.jsonl")
@@ -77,7 +77,7 @@ def sft_warmup(model: Any, tokenizer: Any, args: argparse.Namespace) -> None:
     """A few SFT steps on easy problems (no carries, disjoint seed) so GRPO starts with some reward."""
     import torch
 
-    from services.models.arith import ArithSpec, generate
+    from services.tasks.arith import ArithSpec, generate
 
     rows = generate(ArithSpec(digits=2, max_carries=0), 512, seed=args.seed + 1)
     texts = [r["question"] + r["answer"] + tokenizer.eos_token for r in rows]
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
     config = {
         "model": "builtin:tiny-arith",
-        "task": "2-digit addition (services.models.arith)",
+        "task": "2-digit addition (services.tasks.arith)",
         "steps": args.steps,
         "quick": args.quick,
         "batch_size": args.batch,

@@ -59,8 +59,8 @@ def build(args):
     from services.explorer.build import build_pool, build_runner
     from services.explorer.explorer import Explorer
     from services.explorer.runner import VersionRef
-    from services.models.arith import ArithSpec, generate
     from services.models.loading import load_tokenizer
+    from services.tasks.arith import ArithSpec, generate
 
     cfg = TrinityConfig.model_validate(
         {

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.lib.e2e_figures import steady_step_time  # noqa: E402
-from services.models.chat_arith import render_prompt, split_rows  # noqa: E402
+from services.tasks.chat_arith import render_prompt, split_rows  # noqa: E402
 
 CONFIG = ROOT / "examples" / "smollm2_grpo" / "config.yaml"
 QUESTIONS, SAMPLES, MAX_TOKENS, MICRO = 8, 8, 64, 16
@@ -63,7 +63,7 @@ def hand_loop(model_dir: str, steps: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from services.explorer.shaped_reward import boxed_shaped_reward
+    from services.explorer.rewards.shaped import boxed_shaped_reward
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
@@ -145,7 +145,7 @@ def ours(model_dir: str, steps: int, work: pathlib.Path) -> dict[str, Any]:
     """`trinity run` of the example config without its evals; times and rewards from progress.jsonl."""
     import yaml
 
-    from services.models.chat_arith import write_tasksets
+    from services.tasks.chat_arith import write_tasksets
 
     write_tasksets(work / "smollm2_data")
     cfg = yaml.safe_load(CONFIG.read_text())

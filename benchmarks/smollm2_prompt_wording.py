@@ -3,7 +3,7 @@ r"""How often SmolLM2-135M boxes its answer before any training: the task's word
 GRPO learns the boxed format only from groups in which some samples box and others do not. This
 measures, with vLLM on the untrained model, the share of sampled replies (temperature 0.7, 8 per
 question, as `make demo-llm` samples) that hold a non-empty `\boxed{}`, for the task set's wording
-(services/models/chat_arith.py's QUESTION: "What is $63 + 2$? Give the final answer as a LaTeX
+(services/tasks/chat_arith.py's QUESTION: "What is $63 + 2$? Give the final answer as a LaTeX
 \boxed{} expression.") against the wording the project used first ("What is 63 + 2? Put your final
 answer in \boxed{}."), on the same training questions. Also per wording: the share of flat groups
 (all 8 samples scored alike by boxed_shaped_reward: no GRPO signal), the mean reward, and greedy
@@ -34,9 +34,9 @@ def measure(llm: Any, rows: list[tuple[int, int]], wording: str) -> dict[str, fl
     """Sampled and greedy figures for one wording over `rows` (a, b)."""
     from vllm import SamplingParams
 
-    from services.explorer.answers import last_boxed
-    from services.explorer.shaped_reward import shaped_score
-    from services.models.chat_arith import render_prompt
+    from services.explorer.rewards.answers import last_boxed
+    from services.explorer.rewards.shaped import shaped_score
+    from services.tasks.chat_arith import render_prompt
 
     tok = llm.get_tokenizer()
     prompts = [render_prompt(tok, {"question": wording.format(a=a, b=b)}) for a, b in rows]
@@ -79,7 +79,7 @@ def main() -> None:
     except ImportError:
         sys.exit("vLLM is not installed in this venv; run this in .venv-vllm (`make setup-vllm`)")
     from services.explorer.engines.vllm_engine import VLLMSettings, prepare_environment
-    from services.models.chat_arith import QUESTION, split_rows
+    from services.tasks.chat_arith import QUESTION, split_rows
 
     prepare_environment(VLLMSettings(), on_gpu=False)
     train, _ = split_rows()

@@ -16,7 +16,7 @@ def run_trl(
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from services.explorer.rewards import arith_reward
+    from services.explorer.rewards.exact import arith_reward
     from services.models.loading import load_causal_lm, load_tokenizer
 
     started = time.time()

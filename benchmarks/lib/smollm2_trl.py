@@ -16,8 +16,8 @@ def run_trl(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from services.explorer.shaped_reward import boxed_shaped_reward
-    from services.models.chat_arith import render_prompt, split_rows
+    from services.explorer.rewards.shaped import boxed_shaped_reward
+    from services.tasks.chat_arith import render_prompt, split_rows
 
     started = time.time()
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")

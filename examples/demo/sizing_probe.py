@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from transformers import GenerationConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from services.models.arith import ArithSpec, generate, iter_problems  # noqa: E402
 from services.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
+from services.tasks.arith import ArithSpec, generate, iter_problems  # noqa: E402
 
 
 def spec_from(args: argparse.Namespace, prefix: str) -> ArithSpec:
@@ -208,7 +208,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from services.models.arith import answer_reward, digit_reward
+    from services.tasks.arith import answer_reward, digit_reward
 
     reward_fn = answer_reward if args.reward == "exact" else digit_reward
 

@@ -63,7 +63,7 @@ def check_config(cfg: TrinityConfig, report: Report) -> None:
 
 
 def _check_plugins(cfg: TrinityConfig, report: Report) -> None:
-    from services.explorer.registry import load_plugins
+    from services.explorer.plugins import load_plugins
 
     try:
         load_plugins(cfg.explorer.plugin_dirs)
@@ -217,7 +217,7 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
 
 def _check_reward_args(reward: object, args: dict[str, object], key: str, report: Report) -> None:
     """reward_fn_args must be arguments the reward takes (its constructor's, for a RewardFn class)."""
-    from services.trainer.algorithms.registry import check_args
+    from services.common.registry import check_args
 
     if not callable(reward):
         return

@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from services.models.arith import ArithSpec, generate, write_jsonl
+from services.tasks.arith import ArithSpec, generate, write_jsonl
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 Layout (gRPC-free core, thin server):
 - `workflows/` Task / Workflow (Trinity's API) and the built-ins: simple, math, countdown, arith
-  (the embedded demo), and a multi-turn environment workflow; `rewards.py` reward functions;
-  `registry.py` the one registry pattern (names, dotted paths, plugin directories).
+  (the embedded demo), and a multi-turn environment workflow; `rewards/` reward functions and the
+  one answer reader (`rewards/answers.py`);
+  `plugins.py` imports the plugin directories (the registries: services/common/registry.py).
 - `engines/` one InferenceEngine interface: transformers (default, CPU/GPU) and vLLM (optional);
   `BatchingEngine` merges concurrent requests; `weights.py` loads published weights.
 - `model_wrapper.py` what a workflow calls (chat / generate, sync and async, OpenAI client,

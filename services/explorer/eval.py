@@ -9,6 +9,7 @@ A taskset graded by a boxed-answer reward (its reward fn's name contains `boxed`
 `boxed_shaped_reward`) also gets answer metrics per sample, from the reply and the task's truth
 (`answer_metrics`): `strict` (the last \\boxed{} holds the answer), `lenient` (the boxed answer, else
 the last number, is right), `boxed` (a well-formed box is present), `reply_chars` (reply length).
+Replies and truths are read and compared by the one answer reader, services/explorer/rewards/answers.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from services.common.logging import get_logger
-from services.explorer.answers import last_boxed, last_number, same_answer, to_number
+from services.explorer.rewards.answers import last_boxed, last_number, same_answer, truth_answer
 from services.explorer.runner import UnitResult, WorkflowRunner
 
 log = get_logger("explorer.eval")
@@ -28,13 +29,10 @@ log = get_logger("explorer.eval")
 
 def answer_metrics(response: str, truth: str) -> dict[str, float]:
     """strict / lenient / boxed / reply_chars of one reply (see the module docstring)."""
+    answer = truth_answer(truth)
     boxed = last_boxed(response)
-    strict = boxed is not None and same_answer(boxed, truth)
-    if boxed is not None:
-        lenient = strict
-    else:
-        number, wanted = last_number(response), to_number(truth)
-        lenient = number is not None and wanted is not None and number == wanted
+    strict = boxed is not None and same_answer(boxed, answer)
+    lenient = strict if boxed is not None else same_answer(last_number(response), answer)
     return {
         "strict": float(strict),
         "lenient": float(lenient),

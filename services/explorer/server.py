@@ -97,7 +97,7 @@ class NullWeightSync:
 def build_parts(cfg: TrinityConfig) -> dict[str, Any]:
     """Everything that loads models (run in a thread so the server keeps answering)."""
     from services.explorer.build import build_auxiliary, build_pool, build_runner
-    from services.explorer.registry import load_plugins
+    from services.explorer.plugins import load_plugins
     from services.explorer.runner import VersionRef
     from services.models.loading import load_tokenizer
 

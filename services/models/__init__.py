@@ -1,1 +1,1 @@
-"""Model loading (hub, local, builtin tiny models) and the synthetic arithmetic task."""
+"""Model loading (hub, local, builtin tiny models) and GGUF conversion; task generators: services/tasks/."""

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from services.algorithms.batch import TrainBatch
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.trainer.algorithms.api import TrainBatch
 
 
 @dataclass

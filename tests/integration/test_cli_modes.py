@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from services.models.arith import ArithSpec, generate, write_jsonl
+from services.tasks.arith import ArithSpec, generate, write_jsonl
 from tests.conftest import TRINITY
 
 pytestmark = pytest.mark.slow

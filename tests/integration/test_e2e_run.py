@@ -25,7 +25,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from services.models.arith import ArithSpec, generate, write_jsonl
+from services.tasks.arith import ArithSpec, generate, write_jsonl
 from tests.conftest import REPO, TRINITY
 
 pytestmark = pytest.mark.slow

@@ -24,11 +24,11 @@ from services.buffer.client import BufferClient
 from services.common.config import load_config
 from services.common.procs import stop_process, wait_healthy
 from services.explorer.engines.transformers_engine import sequence_logprobs
-from services.models.arith import ArithSpec, generate
 from services.models.loading import load_causal_lm
 from services.synchronizer.client import SynchronizerClient
 from services.synchronizer.transfer.checkpoint import load_checkpoint
 from services.synchronizer.weights import WeightPublisher
+from services.tasks.arith import ArithSpec, generate
 from trinity_grpc.explorer.v1 import explorer_pb2, explorer_pb2_grpc
 
 PLUGIN = textwrap.dedent('''

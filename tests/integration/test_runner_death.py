@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from services.models.arith import ArithSpec, generate, write_jsonl
+from services.tasks.arith import ArithSpec, generate, write_jsonl
 from tests.integration.test_e2e_run import PORTS, child_pids, kill_all, progress, start_run, wait_for
 
 pytestmark = pytest.mark.slow

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from services.common.config.schema import TrinityConfig
+from services.common.config.tasksets import TasksetDefaults, effective_taskset, task_settings
 from services.common.errors import AlreadyExists
 from services.common.experience import Task
 from services.common.wire import experience_to_proto
@@ -22,6 +24,15 @@ class FakeBuffer:
     writers: dict[str, set] = field(default_factory=dict)
     closed: list = field(default_factory=list)
     reads: list = field(default_factory=list)  # (taskset, batch_size) of every read_tasks
+    cfg: TrinityConfig | None = None  # when set, tasks carry the settings the real buffer would give
+
+    def _settings(self, taskset: str, is_eval: bool) -> dict:
+        if self.cfg is None:
+            return {}
+        inputs = self.cfg.buffer.explorer_input
+        section = next(ts for ts in [inputs.taskset, *inputs.eval_tasksets] if ts and ts.name == taskset)
+        defaults = TasksetDefaults.from_config(self.cfg)
+        return task_settings(effective_taskset(section, defaults, is_eval=is_eval))
 
     async def read_tasks(self, taskset, batch_size, reader_id="", rewind=False, repeat_last=False):
         self.reads.append((taskset, batch_size))
@@ -39,7 +50,14 @@ class FakeBuffer:
             chunk = []
         self.cursors[key] = pos + len(chunk)
         tasks = [
-            Task(raw_task=r, task_id=str(pos + i), index=pos + i, taskset=taskset, is_eval=is_eval)
+            Task(
+                raw_task=r,
+                task_id=str(pos + i),
+                index=pos + i,
+                taskset=taskset,
+                is_eval=is_eval,
+                **self._settings(taskset, is_eval),
+            )
             for i, r in enumerate(chunk)
         ]
         end = not chunk or self.cursors[key] >= len(rows)

@@ -1,19 +1,20 @@
-r"""The boxed-answer parser (services/explorer/answers.py) and the shaped reward built on it."""
+r"""The answer reader (services/explorer/rewards/answers.py) and the shaped reward built on it.
+
+The rules where the project's readers used to differ: tests/unit/explorer/rewards/test_answer_rules.py.
+"""
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.explorer.answers import clean_answer, last_boxed, last_number, same_answer, to_number
 from services.explorer.eval import answer_metrics, score_results, wants_answer_metrics
 from services.explorer.rewards import REWARD_FUNCTIONS
+from services.explorer.rewards.answers import last_boxed, last_number, same_answer
+from services.explorer.rewards.shaped import boxed_shaped_reward, shaped_score
 from services.explorer.runner import UnitResult
-from services.explorer.shaped_reward import boxed_shaped_reward, shaped_score
 from services.explorer.workflows.base import Task
 
 
@@ -27,7 +28,7 @@ from services.explorer.workflows.base import Task
         (r"\boxed 7.", "7"),  # TeX's brace-less argument
         (r"\fbox{12}", "12"),
         (r"\boxed{65", None),  # never closed: no box
-        (r"\boxed{5} and then \boxed{", "5"),  # a broken last box falls back to the previous well-formed one
+        (r"\boxed{5} and then \boxed{", None),  # the last box decides: one never closed is no answer
         ("no box at all: 65", None),
         (r"\boxedx{3}", None),  # another command, not a box
         (r"The answer is \boxed{}.", None),  # the prompt's literal copied: no box
@@ -39,34 +40,43 @@ def test_last_boxed(text: str, expected: str | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("text", "truth"),
     [
-        ("65", Fraction(65)),
-        ("65.0", Fraction(65)),
-        ("1,000", Fraction(1000)),
-        ("-12", Fraction(-12)),
-        ("3/4", Fraction(3, 4)),
-        (r"\frac{3}{4}", Fraction(3, 4)),
-        (r"-\frac{3}{4}", Fraction(-3, 4)),
-        (r"\text{65}", Fraction(65)),
-        ("$65$.", Fraction(65)),
-        ("63 + 2 = 65", Fraction(65)),  # an equation: its right-hand side
-        ("63+2", None),  # an unevaluated expression is not the answer
-        ("3, 5", None),  # a list is not one number
-        ("1,00", None),  # not a thousands grouping
-        ("1/0", None),
-        ("sixty-five", None),
+        ("65", "65"),
+        ("65.0", "65"),
+        ("1,000", "1000"),
+        ("-12", "-12"),
+        ("3/4", "0.75"),
+        (r"\frac{3}{4}", "3/4"),
+        (r"-\frac{3}{4}", "-3/4"),
+        (r"\text{65}", "65"),
+        ("$65$.", "65"),
+        ("63 + 2 = 65", "65"),  # an equation: its right-hand side
     ],
 )
-def test_to_number(text: str, expected: Fraction | None) -> None:
-    assert to_number(text) == expected
+def test_same_number_written_differently(text: str, truth: str) -> None:
+    assert same_answer(text, truth)
 
 
-def test_last_number_and_clean_answer() -> None:
-    assert last_number("63 + 2 equals 65.") == 65
-    assert last_number("It is 1,234 in total") == 1234
+@pytest.mark.parametrize(
+    ("text", "truth"),
+    [
+        ("63+2", "65"),  # an unevaluated expression is not the answer
+        ("3, 5", "5"),  # a list is not one number
+        ("1,00", "100"),  # not a thousands grouping
+        ("1/0", "0"),
+        ("sixty-five", "65"),
+    ],
+)
+def test_not_the_number(text: str, truth: str) -> None:
+    assert not same_answer(text, truth)
+
+
+def test_last_number_and_same_answer() -> None:
+    assert last_number("63 + 2 equals 65.") == "65"
+    assert last_number("It is 1,234 in total") == "1,234"
     assert last_number("no digits") is None
-    assert clean_answer(r"$\text{x} = 4$.") == "4"
+    assert same_answer(r"$\text{x} = 4$.", "4")
     assert same_answer("65.00", "65")
     assert same_answer(r"\text{yes}", "yes")
     assert not same_answer(None, "65")

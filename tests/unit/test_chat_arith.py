@@ -11,7 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from services.common.errors import InvalidArgument
-from services.models.chat_arith import all_rows, chat_messages, render_prompt, split_rows, write_tasksets
+from services.tasks.chat_arith import all_rows, chat_messages, render_prompt, split_rows, write_tasksets
 
 # SmolLM2-135M-Instruct's template shape (ChatML with a default system message), written here.
 TEMPLATE = (

@@ -15,7 +15,7 @@ from services.cli import demo_data, prepare, run
 from services.cli.demo_data import EVAL, RL, SFT, DemoSet, prepare_demo_data
 from services.common.config import TrinityConfig, default_config_path, load_config
 from services.common.errors import ConfigError
-from services.models.arith import count_carries, make_problem
+from services.tasks.arith import count_carries, make_problem
 
 MakeConfig = Callable[..., TrinityConfig]
 

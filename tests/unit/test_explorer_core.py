@@ -12,8 +12,8 @@ from services.explorer.build import build_pool, build_runner
 from services.explorer.engines.transformers_engine import sequence_logprobs
 from services.explorer.explorer import Explorer
 from services.explorer.runner import VersionRef
-from services.models.arith import ArithSpec, generate
 from services.models.loading import load_tokenizer
+from services.tasks.arith import ArithSpec, generate
 from tests.unit.explorer_fakes import FakeBuffer, FakeWeightSync, RecordingMonitor
 
 
@@ -58,6 +58,7 @@ def parts():
     built = []
 
     def make(cfg, buffer, plan=None):
+        buffer.cfg = buffer.cfg or cfg  # tasks carry their taskset's settings, as from the real buffer
         tok = load_tokenizer(cfg.model.model_path)
         pool = build_pool(cfg, tok)
         runner = build_runner(cfg, pool, tok, VersionRef(), [])

@@ -77,7 +77,7 @@ def test_group_advantage_is_grpo():
 def test_group_advantage_agrees_with_the_trainers_grpo_fn():
     import torch
 
-    from services.trainer.algorithms.advantage.grpo import grpo_advantages
+    from services.algorithms.advantage.grpo import grpo_advantages
 
     exps = [exp("g", 1.0), exp("g", 0.0), exp("g", 0.5), exp("h", 2.0), exp("k", 1.0), exp("k", 1.0)]
     out, _ = EXPERIENCE_OPERATORS.get("group_advantage")().process(exps)

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from services.algorithms.advantage import ADVANTAGE_FN
 from services.common.config.algorithm import AlgorithmConfig
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
 from services.common.wire import experience_from_proto, experience_to_proto
 from services.explorer.pipeline import EXPERIENCE_OPERATORS
 from services.explorer.pipeline.step_wise import StepWiseGRPO, explorer_side_advantage
-from services.trainer.algorithms import parts
 from services.trainer.batching import build_batch
 
 
@@ -92,7 +92,7 @@ def test_trainer_adapter_gives_the_operators_numbers_for_rows_without_advantages
     batch = build_batch(two_tasks(), pad_token_id=0).train
     assert batch.step_index is not None and batch.step_index.tolist() == [0, 0, 1, 0]
     assert batch.run_index is not None and batch.run_index.tolist() == [0, 1, 0, 2]
-    out = parts.ADVANTAGE_FN.get("step_wise_grpo")(batch)
+    out = ADVANTAGE_FN.get("step_wise_grpo")(batch)
     assert torch.allclose(out.advantages, torch.tensor([[A, A], [-A, -A], [A, 0.0], [B, B]]), atol=1e-5)
 
 
@@ -103,11 +103,11 @@ def test_distill_adapters_read_teacher_logprobs() -> None:
         e.teacher_logprobs = np.log(np.array([0.25, 0.5], dtype=np.float32))
     batch = build_batch(exps, pad_token_id=0).train
     # on_policy_distill: kl_coef * (log 0.25 - log 0.5) = -log 2 on the first token, 0 where equal
-    out = parts.ADVANTAGE_FN.get("on_policy_distill")(batch, kl_coef=2.0)
+    out = ADVANTAGE_FN.get("on_policy_distill")(batch, kl_coef=2.0)
     assert torch.allclose(out.advantages, torch.tensor([[-2 * math.log(2), 0.0], [-2 * math.log(2), 0.0]]))
     # jsd, lambda 0.5: p_s 0.5, p_t 0.25, M 0.375; JSD = 0.5 * 0.25 * log(0.25 / 0.375)
     #   + 0.5 * 0.5 * log(0.5 / 0.375) = -0.050683 + 0.071921 = 0.021238; equal p -> 0
-    out = parts.ADVANTAGE_FN.get("jsd")(batch)
+    out = ADVANTAGE_FN.get("jsd")(batch)
     assert torch.allclose(out.advantages[:, 0], torch.tensor([-0.021238, -0.021238]), atol=1e-5)
     assert torch.allclose(out.advantages[:, 1], torch.zeros(2), atol=1e-6)
 
@@ -135,7 +135,7 @@ def test_clipb_adapter_masks_negative_tokens_with_a_low_entropy_signal() -> None
     batch = build_batch(exps, pad_token_id=0).train
     batch.token_level_rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0]])
     batch.entropy = torch.tensor([[0.0, 0.0], [0.0, 4.0]])
-    out = parts.ADVANTAGE_FN.get("clipb")(batch, mu=0.5)
+    out = ADVANTAGE_FN.get("clipb")(batch, mu=0.5)
     assert torch.allclose(out.advantages, torch.tensor([[A, A], [0.0, -A]]), atol=1e-5)
     assert out.metrics["clipb/dropped_frac"] == 0.25
 

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.explorer.registry import load_plugins
-from services.explorer.rewards import REWARD_FUNCTIONS, countdown_reward, extract_answer, math_reward
+from services.explorer.plugins import load_plugins
+from services.explorer.rewards import REWARD_FUNCTIONS
+from services.explorer.rewards.answers import final_answer
+from services.explorer.rewards.countdown import countdown_reward
+from services.explorer.rewards.math import math_reward
 from services.explorer.runner import VersionRef, WorkflowRunner
 from services.explorer.workflows import WORKFLOWS, Experience, Task, Workflow
 from services.explorer.workflows.base import RolloutArgs
@@ -34,7 +37,7 @@ def test_math_reward(response, truth, reward):
 
 
 def test_extract_answer_prefers_boxed_with_nested_braces():
-    assert extract_answer("1, 2, \\boxed{\\sqrt{4}} then 9") == "\\sqrt{4}"
+    assert final_answer("1, 2, \\boxed{\\sqrt{4}} then 9") == "\\sqrt{4}"
 
 
 def test_countdown_reward():
@@ -48,7 +51,7 @@ def test_countdown_reward():
 
 def test_registry_names_dotted_paths_and_plugins(tmp_path):
     assert REWARD_FUNCTIONS.get("arith_reward")(response=" 0 432", truth="0432") == {"accuracy": 1.0}
-    assert REWARD_FUNCTIONS.get("services.explorer.rewards.math_reward") is math_reward
+    assert REWARD_FUNCTIONS.get("services.explorer.rewards.math.math_reward") is math_reward
     with pytest.raises(InvalidArgument, match="unknown workflow 'nope'.*math_workflow") as info:
         WORKFLOWS.get("nope", field="default_workflow_type")
     assert info.value.field == "default_workflow_type"

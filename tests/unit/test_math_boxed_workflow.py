@@ -1,6 +1,6 @@
 """math_boxed_workflow / async_math_boxed_workflow: prompts, workflow_args, rewards; one run on tiny-arith.
 
-Rewards are worked out by hand from services/explorer/math_rewards.py's rules.
+Rewards are worked out by hand from services/explorer/rewards/math.py's rules.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from services.common.config.buffer import FormatConfig
 from services.common.experience import Experience
-from services.explorer.math_rewards import overlong_penalty
 from services.explorer.rewards import REWARD_FUNCTIONS
+from services.explorer.rewards.math import overlong_penalty
 from services.explorer.runner import VersionRef, WorkflowRunner
 from services.explorer.workflows import WORKFLOWS, Task
 from services.explorer.workflows.base import RolloutArgs

@@ -1,7 +1,7 @@
 r"""math_boxed_reward, format_reward, math_dapo_reward and the answer checking under them.
 
 Expected values are worked out by hand in the comments, from the rules in
-services/explorer/math_rewards.py (Trinity-RFT v0.5.2's) and services/explorer/math_equiv.py.
+services/explorer/rewards/math.py (Trinity-RFT v0.5.2's) and services/explorer/rewards/math_equiv.py.
 """
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.common.errors import InvalidArgument
-from services.explorer.math_equiv import equivalent
-from services.explorer.math_parse import parse_math
-from services.explorer.math_rewards import (
+from services.explorer.rewards import REWARD_FUNCTIONS, resolve_reward
+from services.explorer.rewards.math import (
     FormatReward,
     MathBoxedReward,
     MathDAPOReward,
     dapo_answer,
     overlong_penalty,
 )
-from services.explorer.rewards import REWARD_FUNCTIONS, resolve_reward
+from services.explorer.rewards.math_equiv import equivalent
+from services.explorer.rewards.math_parse import parse_math
 
 
 @pytest.mark.parametrize(
@@ -222,13 +222,15 @@ def test_accuracy_reward_parses_latex_answers(response, truth, accuracy):
 
 
 def test_accuracy_reward_with_an_answer_parser_by_dotted_path():
-    reward = REWARD_FUNCTIONS.get("accuracy_reward")(answer_parser="services.explorer.answers:last_boxed")
+    reward = REWARD_FUNCTIONS.get("accuracy_reward")(
+        answer_parser="services.explorer.rewards.answers:last_boxed"
+    )
     assert reward(response=r"x \boxed{7}", truth=r"\boxed{7}") == {"accuracy": 1.0}
     assert reward(response="7", truth=r"\boxed{7}") == {"accuracy": 0.0}
 
 
 def test_math_reward_adds_trinitys_format_part():
-    from services.explorer.rewards import math_reward
+    from services.explorer.rewards.math import math_reward
 
     good = "<think>\n3 + 4\n</think>\n<answer>7</answer>"
     assert math_reward(good, "7") == {"accuracy": 1.0, "format_score": 0.1}

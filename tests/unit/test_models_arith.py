@@ -7,7 +7,7 @@ import json
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.models.arith import (
+from services.tasks.arith import (
     ArithSpec,
     answer_reward,
     count_carries,
@@ -99,7 +99,7 @@ def test_rewards():
 
 
 def test_demo_tasksets_split_easy_labels_from_hard_problems(tmp_path):
-    from services.models.arith import write_demo_tasksets
+    from services.tasks.arith import write_demo_tasksets
 
     paths = write_demo_tasksets(tmp_path, seed=1, n_sft=300, n_rl=200, n_eval=100)
     rows = {k: [json.loads(line) for line in p.read_text().splitlines()] for k, p in paths.items()}

@@ -14,10 +14,11 @@ import pytest
 from services.common.config.buffer import FormatConfig
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.experience import Experience
-from services.explorer.rm_gallery_reward import RMGalleryReward
+from services.explorer.rewards.answers import final_answer, truth_answer
+from services.explorer.rewards.rm_gallery import RMGalleryReward
 from services.explorer.runner import VersionRef, WorkflowRunner
 from services.explorer.workflows import WORKFLOWS
-from services.explorer.workflows.math_eval import eval_accuracy, reply_answer, truth_answer
+from services.explorer.workflows.math_eval import eval_accuracy
 from tests.unit.judge_fakes import ScriptedModel, make_task
 
 # --- math_rm_workflow and rm_gallery_reward -----------------------------------------------------
@@ -161,7 +162,7 @@ def test_rm_gallery_reward_builds_the_sample_and_reads_the_reward(monkeypatch: p
     ],
 )
 def test_reply_answer(reply: str, answer: str | None) -> None:
-    assert reply_answer(reply) == answer
+    assert final_answer(reply) == answer
 
 
 def test_truth_answer_and_accuracy() -> None:

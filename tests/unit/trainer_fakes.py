@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from services.algorithms.batch import TrainBatch
 from services.common.experience import Experience
-from services.trainer.algorithms.api import Algorithm, ReadRequest, SampleStrategy, TrainBatch
+from services.trainer.algorithms.api import Algorithm, ReadRequest, SampleStrategy
 
 
 class OneRead(SampleStrategy):

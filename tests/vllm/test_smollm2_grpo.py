@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from services.models.chat_arith import split_rows
+from services.tasks.chat_arith import split_rows
 from tests.conftest import REPO, TRINITY
 
 STEPS, HELDOUT, QUESTIONS = 2, 16, 4

@@ -18,7 +18,7 @@ import numpy as np
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.explorer.registry import Registry
+from services.common.registry import Registry
 
 EXPERIENCE_OPERATORS = Registry(
     "experience operator",
@@ -33,6 +33,8 @@ EXPERIENCE_OPERATORS = Registry(
         "step_wise_grpo": "services.explorer.pipeline.step_wise:StepWiseGRPO",
         "data_juicer": "services.explorer.pipeline.operators:DataJuicerOperator",
     },
+    config_key="data_processor.experience_pipeline.operators",
+    plugin_hint="a module in explorer.plugin_dirs that registers it",
 )
 
 

@@ -7,7 +7,7 @@ resolved algorithm's advantage_fn is `step_wise_grpo`, with `algorithm.advantage
 
 Rows are grouped by task (group id: one task in one explorer step) and run (run id); the last step
 of a run is the one with the highest `step` (ties: the later row). The numbers come from
-services/trainer/algorithms/advantage/step_wise.py (one implementation for both services). Runs of
+services/algorithms/advantage/step_wise.py (one implementation for both services). Runs of
 tasks that std_threshold skips are dropped, as Trinity does.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from services.algorithms.advantage.step_wise import check_std_cal_level, step_wise_grpo_scores
+from services.common.config.schema import TrinityConfig
 from services.common.experience import Experience
 from services.explorer.pipeline.operators import ExperienceOperator
-from services.trainer.algorithms.advantage.step_wise import check_std_cal_level, step_wise_grpo_scores
-from services.trainer.algorithms.presets import resolve
 
 
 class StepWiseGRPO(ExperienceOperator):
@@ -85,9 +85,9 @@ class StepWiseGRPO(ExperienceOperator):
         return kept + [e for e in exps if e.is_eval], metrics
 
 
-def explorer_side_advantage(cfg: Any) -> tuple[str, ExperienceOperator] | None:
+def explorer_side_advantage(cfg: TrinityConfig) -> tuple[str, ExperienceOperator] | None:
     """The advantage operator the explorer must run for `cfg.algorithm`, if its advantage fn lives here."""
-    algorithm = resolve(cfg.algorithm)
+    algorithm = cfg.algorithm
     if algorithm.advantage_fn != "step_wise_grpo":
         return None
     return "step_wise_grpo", StepWiseGRPO(**(algorithm.advantage_fn_args or {}))

@@ -1,6 +1,6 @@
 """Workflows: the registry, Task / Workflow, and the built-ins (listed here, imported on first use)."""
 
-from services.explorer.registry import Registry
+from services.common.registry import Registry
 from services.explorer.workflows.base import ResettableWorkflow, RolloutArgs, Task, Workflow
 from services.explorer.workflows.base import WorkflowExperience as Experience
 
@@ -26,8 +26,8 @@ WORKFLOWS = Registry(
         "math_ruler_workflow": "services.explorer.workflows.judges:MathRULERWorkflow",
         "async_math_ruler_workflow": "services.explorer.workflows.judges:AsyncMathRULERWorkflow",
         "math_trainable_ruler_workflow": "services.explorer.workflows.judges:MathTrainableRULERWorkflow",
-        "rubric_judge_workflow": "services.explorer.workflows.judges:RubricJudgeWorkflow",
-        "rubric_judge_openai_workflow": "services.explorer.workflows.judges:RubricJudgeWorkflowWithAPI",
+        "rubric_judge_workflow": "services.explorer.workflows.rubric_judge:RubricJudgeWorkflow",
+        "rubric_judge_openai_workflow": "services.explorer.workflows.rubric_judge:RubricJudgeWorkflowWithAPI",
         # games and tools played on this machine
         "frozen_lake_workflow": "services.explorer.workflows.frozen_lake:FrozenLakeWorkflow",
         "sudoku_workflow": "services.explorer.workflows.sudoku:SudokuWorkflow",
@@ -48,13 +48,15 @@ WORKFLOWS = Registry(
         "as_react_workflow": "services.explorer.workflows.agentscope_react:AgentScopeReActWorkflow",
         "agentscope_react_math_workflow": "services.explorer.workflows.agentscope_react:AgentScopeReactMathWorkflow",
         "agentscopev0_react_math_workflow": "services.explorer.workflows.agentscope_react:AgentScopeV0ReactMathWorkflow",
-        "agentscope_v1_react_search_workflow": "services.explorer.workflows.agentscope_react:AgentScopeV1ReactSearchWorkflow",
+        "agentscope_v1_react_search_workflow": "services.explorer.workflows.agentscope_search:AgentScopeV1ReactSearchWorkflow",
         # multimodal and distillation
         "simple_mm_workflow": "services.explorer.workflows.simple_mm:SimpleMMWorkflow",
         "async_simple_mm_workflow": "services.explorer.workflows.simple_mm:AsyncSimpleMMWorkflow",
         "on_policy_distill_workflow": "services.explorer.workflows.distill:OnPolicyDistillWorkflow",
         "on_policy_distill_math_workflow": "services.explorer.workflows.distill:OnPolicyDistillMathWorkflow",
     },
+    config_key="default_workflow_type",
+    plugin_hint="a module in explorer.plugin_dirs that registers it",
 )
 
 __all__ = ["WORKFLOWS", "Experience", "ResettableWorkflow", "RolloutArgs", "Task", "Workflow"]

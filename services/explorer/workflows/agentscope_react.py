@@ -13,10 +13,11 @@ reward. The agent is asked for a structured reply, `{"result": ...}`, through ag
 | `agentscopev0_react_math_workflow` | agentscope 0.x `ReActAgentV2`, Python tool, 5 iterations | as above |
 | `agentscope_v1_react_search_workflow` | see services/explorer/workflows/agentscope_search.py | an LLM judge |
 
-The truth is the response_key column; a GSM8K solution (`... #### 72`) counts as its last part. The
-`gsm8k` template's reward is `math_boxed_reward` without the think check: `accuracy` (1 when the
-boxed answer equals the truth, math_equiv.py) + `format_score` (0); its reward_fn_args may set
-`format_score_coef` (unused without the think check, accepted as in Trinity). `task.reward_fn` is
+The truth is the response_key column, read by rewards/answers.py's truth_answer (a GSM8K solution,
+`... #### 72`, counts as its last part). The `gsm8k` template's reward is `math_boxed_reward`
+without the think check: `accuracy` (1 when the boxed answer states the truth's) + `format_score`
+(0); its reward_fn_args may set `format_score_coef` (unused without the think check, accepted as
+in Trinity). `task.reward_fn` is
 not used. Metrics: `react_memory_length` (messages in the agent's memory) and the reward's parts.
 
 `execute_python_code` runs the model's code in a subprocess on the explorer's machine, as in
@@ -34,8 +35,7 @@ from pydantic import BaseModel, Field
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.explorer.math_rewards import MathBoxedReward
-from services.explorer.workflows.agentscope_search import AgentScopeV1ReactSearchWorkflow
+from services.explorer.rewards.math import MathBoxedReward
 from services.explorer.workflows.agentscope_support import (
     AGENTSCOPE_V0_INSTALL,
     AgentScopeV1Workflow,
@@ -70,16 +70,9 @@ class MathResult(BaseModel):
     )
 
 
-def reference_answer(truth: str | None) -> str:
-    """The answer to score against: the part after `####` of a GSM8K solution, else the truth itself."""
-    if truth is not None and "####" in truth:
-        return truth.split("####")[1].strip()
-    return str(truth)
-
-
 def math_answer_parts(answer: str, truth: str | None) -> dict[str, float]:
-    """`math_boxed_reward` (no think check) of the agent's answer against the reference answer."""
-    return MathBoxedReward()(answer, reference_answer(truth))
+    """`math_boxed_reward` (no think check) of the agent's answer against the truth's answer."""
+    return MathBoxedReward()(answer, truth)
 
 
 def gsm8k_reward(
@@ -87,7 +80,7 @@ def gsm8k_reward(
 ) -> dict[str, float]:
     """The `gsm8k` template's reward over the structured reply (None when the agent never gave one)."""
     answer = str((response or {}).get("result", ""))
-    return MathBoxedReward(format_score_coef=format_score_coef)(answer, reference_answer(truth))
+    return MathBoxedReward(format_score_coef=format_score_coef)(answer, truth)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,5 +292,4 @@ __all__ = [
     "AgentScopeReActWorkflow",
     "AgentScopeReactMathWorkflow",
     "AgentScopeV0ReactMathWorkflow",
-    "AgentScopeV1ReactSearchWorkflow",
 ]

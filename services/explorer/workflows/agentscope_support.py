@@ -15,7 +15,7 @@ from typing import Any
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.experience import Experience
-from services.explorer.registry import import_object
+from services.common.registry import import_object
 from services.explorer.workflows.base import Task, Workflow
 
 AGENTSCOPE_V1_INSTALL = "pip install 'agentscope>=1.0.7,<2' 'mcp<2'"

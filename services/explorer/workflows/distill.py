@@ -12,7 +12,7 @@ The teacher must share the student's tokenizer (the same token ids are scored). 
 
 The math variant asks Qwen2.5-Math's way ("Please reason step by step, and put your final answer
 within \boxed{}.", system "You are a helpful assistant.") and scores accuracy as
-math_eval_workflow does (Qwen2.5-Math's answer reading, math_equiv.py), as Trinity does.
+math_eval_workflow does (Qwen2.5-Math's order, through rewards/answers.py), as Trinity does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rewards from a model: Trinity-RFT's reward-model and RULER workflows (and, re-exported, the rubric judges).
+"""Rewards from a model: Trinity-RFT's reward-model and RULER workflows (rubric judges: rubric_judge.py).
 
 - `math_rm_workflow` / `async_math_rm_workflow`: the reward fn (default `rm_gallery_reward`) is
   called Trinity's RM-Gallery way, `fn(experience, messages, ground_truth=truth)`, and the reward is
@@ -35,7 +35,7 @@ from typing import Any
 from services.common.experience import Experience
 from services.common.logging import get_logger
 from services.explorer.rewards import REWARD_FUNCTIONS
-from services.explorer.rm_gallery_reward import RMGalleryReward
+from services.explorer.rewards.rm_gallery import RMGalleryReward
 from services.explorer.workflows.base import Task
 from services.explorer.workflows.judging import (
     THINK_ANSWER_SYSTEM_PROMPT,
@@ -46,7 +46,6 @@ from services.explorer.workflows.judging import (
     ruler_messages,
 )
 from services.explorer.workflows.math import SimpleWorkflow
-from services.explorer.workflows.rubric_judge import RubricJudgeWorkflow, RubricJudgeWorkflowWithAPI
 
 log = get_logger("explorer.judges")
 
@@ -56,8 +55,6 @@ __all__ = [
     "MathRMWorkflow",
     "MathRULERWorkflow",
     "MathTrainableRULERWorkflow",
-    "RubricJudgeWorkflow",
-    "RubricJudgeWorkflowWithAPI",
     "grade_ruler_replies",
 ]
 

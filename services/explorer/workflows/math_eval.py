@@ -8,73 +8,35 @@ says; here a task without it falls back to format.prompt_key's column). The runn
 repeat_times times, so an eval taskset's k samples are k runs.
 
 The metric is `accuracy`, 1 when the reply's final answer states the truth's, else 0; the reward is
-the same number (Trinity leaves the reward unset). No truth: no accuracy, reward unset.
-- The reply's answer, in Qwen2.5-Math's order: what the last `boxed` holds (an unclosed box: what
-  follows up to `}` or `$`; an empty box: no answer), else the rest of the line after "the answer
-  is" / "final answer is" / "答案是", else the last number.
-- The truth's answer: its last `\boxed{}`, else what follows its last `####` (GSM8K), else a
-  worked solution (several lines) is read like a reply, and a one-line truth is the answer itself.
-  (Trinity reads every truth like a reply, so the truth `\frac{1}{2}` would be the number 2.)
-- The two are compared by services/explorer/math_equiv.py (`0.5` = `\frac{1}{2}`; Qwen2.5-Math
-  also accepts a number off by a factor of 100, as a percentage; this does not).
+the same number (Trinity leaves the reward unset). No truth: no accuracy, reward unset. Answers are
+read and compared by the one answer reader, services/explorer/rewards/answers.py:
+- the reply's answer is its `final_answer`, in Qwen2.5-Math's order: the last box, else the rest of
+  the line after "the answer is" / "final answer is" / "答案是", else the last number (where
+  Qwen2.5-Math reads what follows an unclosed box up to `}` or `$`, the reader finds no box there);
+- the truth's answer is its `truth_answer`: its box, else what follows its last `####` (GSM8K),
+  else a worked solution (several lines) read like a reply, and a one-line truth is the answer
+  itself (Trinity reads every truth like a reply, so the truth `\frac{1}{2}` would be the number 2);
+- the two are compared by `same_answer` (`0.5` = `\frac{1}{2}`; Qwen2.5-Math also accepts a number
+  off by a factor of 100, as a percentage; this does not).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
-from services.explorer.answers import balanced_braces, last_boxed
-from services.explorer.math_equiv import equivalent
+from services.explorer.rewards.answers import final_answer, same_answer, truth_answer
 from services.explorer.workflows.base import Task, Workflow
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 EVAL_SAMPLING: dict[str, Any] = {"n": 1, "temperature": 0.6, "top_p": 0.8}
 
-_ANSWER_IS = (
-    re.compile(r"(?:final|the)\s+answer\s+is\s*:?\s*(.+)", re.IGNORECASE),
-    re.compile(r"答案是\s*:?\s*(.+)"),
-)
-_NUMBER = re.compile(r"[-+]?\d*\.?\d+")
-
-
-def reply_answer(text: str) -> str | None:
-    """The final answer of a reply (see the module docstring), or None."""
-    if "boxed" in text:
-        tail = text.split("boxed")[-1]
-        closed = balanced_braces(tail, 0) if tail.startswith("{") else None
-        if closed is not None:
-            return closed.strip() or None  # an empty box is no answer, as in Qwen2.5-Math
-        loose = re.search(r"\{?([^$}]+)\}?", tail)
-        if loose:
-            return loose.group(1).strip() or None
-    for pattern in _ANSWER_IS:
-        said = pattern.search(text)
-        if said:
-            return said.group(1).strip().rstrip(".") or None
-    numbers = _NUMBER.findall(text.replace(",", ""))
-    return numbers[-1] if numbers else None
-
-
-def truth_answer(truth: str) -> str | None:
-    """The final answer a truth column states (see the module docstring), or None."""
-    boxed = last_boxed(truth)
-    if boxed is not None:
-        return boxed
-    if "####" in truth:
-        return truth.rsplit("####", 1)[1].strip() or None
-    stripped = truth.strip()
-    if "\n" in stripped:
-        return reply_answer(stripped)
-    return stripped or None
-
 
 def eval_accuracy(response: str, truth: str) -> float:
     """1.0 when the reply's final answer is mathematically the truth's, else 0.0."""
-    return 1.0 if equivalent(reply_answer(response), truth_answer(truth)) else 0.0
+    return 1.0 if same_answer(final_answer(response), truth_answer(truth)) else 0.0
 
 
 class MathEvalWorkflow(Workflow):

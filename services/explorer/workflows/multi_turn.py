@@ -18,11 +18,14 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from services.common.experience import Experience
-from services.explorer.registry import Registry
+from services.common.registry import Registry
 from services.explorer.workflows.base import ResettableWorkflow, Task
 
 ENVIRONMENTS = Registry(
-    "environment", {"guess_number": "services.explorer.workflows.multi_turn:GuessNumberEnv"}
+    "environment",
+    {"guess_number": "services.explorer.workflows.multi_turn:GuessNumberEnv"},
+    config_key="workflow_args.env",
+    plugin_hint="a module in explorer.plugin_dirs that registers it",
 )
 
 

@@ -12,8 +12,7 @@ asked once per answer, at temperature 0.
   ("OPENAI_BASE_URL") and `judge_api_key_env` ("OPENAI_API_KEY"), the environment variables that
   hold the endpoint and its key.
 
-The policy's system prompt is format.system_prompt, else judging.RUBRIC_POLICY_SYSTEM_PROMPT. Imported
-from services.explorer.workflows.judges, where the registry names these classes.
+The policy's system prompt is format.system_prompt, else judging.RUBRIC_POLICY_SYSTEM_PROMPT.
 """
 
 from __future__ import annotations

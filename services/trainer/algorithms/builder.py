@@ -12,12 +12,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from services.algorithms.advantage import ADVANTAGE_FN
+from services.algorithms.batch import TrainBatch
+from services.algorithms.masked import check_loss_agg_mode
+from services.common.config.algorithm import AlgorithmConfig
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms import parts, presets
-from services.trainer.algorithms.api import Algorithm, TrainBatch
+from services.common.registry import check_args
+from services.trainer.algorithms import parts
+from services.trainer.algorithms.api import Algorithm
 from services.trainer.algorithms.kl import KLTerm
-from services.trainer.algorithms.masked import check_loss_agg_mode
-from services.trainer.algorithms.registry import check_args
 from services.trainer.algorithms.value_loss import clipped_value_loss
 
 _KL_ARGS = {"kl_coef", "adaptive", "target_kl", "horizon"}
@@ -65,15 +68,15 @@ def last_token_scores(rewards: Tensor, action_mask: Tensor) -> Tensor:
 class CompositeAlgorithm(Algorithm):
     """Advantage fn + policy loss + KL penalty/loss + entropy term (+ critic loss) + sample strategy."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: AlgorithmConfig) -> None:
         self.config = cfg
         self.name = cfg.algorithm_type
         self.loss_agg_mode = check_loss_agg_mode(cfg.loss_agg_mode, "algorithm.loss_agg_mode")
         agg_is_explicit = "loss_agg_mode" in cfg.model_fields_set
-        self.advantage_fn = parts.ADVANTAGE_FN.get(cfg.advantage_fn)
+        self.advantage_fn = ADVANTAGE_FN.get(cfg.part("advantage_fn"))
         self.advantage_args = dict(cfg.advantage_fn_args or {})
         check_args(self.advantage_fn, self.advantage_args, "algorithm.advantage_fn_args", skip=1)
-        self.policy_loss_fn = parts.POLICY_LOSS_FN.get(cfg.policy_loss_fn)
+        self.policy_loss_fn = parts.POLICY_LOSS_FN.get(cfg.part("policy_loss_fn"))
         self.policy_args = dict(cfg.policy_loss_fn_args or {})
         check_args(self.policy_loss_fn, self.policy_args, "algorithm.policy_loss_fn_args", skip=2)
         # An explicit algorithm.loss_agg_mode applies to the policy loss too; otherwise the loss keeps
@@ -89,10 +92,12 @@ class CompositeAlgorithm(Algorithm):
                 self.policy_args["loss_agg_mode"], "algorithm.policy_loss_fn_args.loss_agg_mode"
             )
         self.kl_penalty = _kl_term(
-            parts.KL_PENALTY_FN, cfg.kl_penalty_fn, cfg.kl_penalty_fn_args, "algorithm.kl_penalty_fn"
+            parts.KL_PENALTY_FN, cfg.part("kl_penalty_fn"), cfg.kl_penalty_fn_args, "algorithm.kl_penalty_fn"
         )
-        self.kl_loss = _kl_term(parts.KL_LOSS_FN, cfg.kl_loss_fn, cfg.kl_loss_fn_args, "algorithm.kl_loss_fn")
-        self.entropy_fn = parts.ENTROPY_LOSS_FN.get(cfg.entropy_loss_fn)
+        self.kl_loss = _kl_term(
+            parts.KL_LOSS_FN, cfg.part("kl_loss_fn"), cfg.kl_loss_fn_args, "algorithm.kl_loss_fn"
+        )
+        self.entropy_fn = parts.ENTROPY_LOSS_FN.get(cfg.part("entropy_loss_fn"))
         self.entropy_args = dict(cfg.entropy_loss_fn_args or {})
         check_args(self.entropy_fn, self.entropy_args, "algorithm.entropy_loss_fn_args", skip=2)
         if _accepts(self.entropy_fn, "loss_agg_mode"):
@@ -101,7 +106,7 @@ class CompositeAlgorithm(Algorithm):
         self.entropy_needs_grad = (
             cfg.entropy_loss_fn != "none" and float(self.entropy_args.get("entropy_coef", 0.0)) != 0.0
         )
-        strategy_cls = parts.SAMPLE_STRATEGY.get(cfg.sample_strategy)
+        strategy_cls = parts.SAMPLE_STRATEGY.get(cfg.part("sample_strategy"))
         strategy_args = dict(cfg.sample_strategy_args or {})
         check_args(strategy_cls, strategy_args, "algorithm.sample_strategy_args")
         self.sample_strategy = strategy_cls(**strategy_args)
@@ -228,6 +233,6 @@ class CompositeAlgorithm(Algorithm):
         }
 
 
-def build_algorithm(cfg: Any) -> Algorithm:
-    """AlgorithmConfig -> Algorithm. Parts left None come from the algorithm_type preset."""
-    return CompositeAlgorithm(presets.resolve(cfg))
+def build_algorithm(cfg: AlgorithmConfig) -> Algorithm:
+    """AlgorithmConfig -> Algorithm; every part is already named (the preset is applied at load)."""
+    return CompositeAlgorithm(cfg)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss
+from services.algorithms.batch import TrainBatch
+from services.algorithms.masked import aggregate_loss
 
 
 def default(

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
 
 
 def kl_none(logprob: Tensor, ref_logprob: Tensor) -> Tensor:

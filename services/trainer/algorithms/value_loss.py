@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+from services.algorithms.masked import aggregate_loss, masked_mean
 
 
 def clipped_value_loss(

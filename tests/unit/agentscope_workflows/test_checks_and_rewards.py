@@ -13,6 +13,7 @@ import pytest
 
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.explorer.model_wrapper import ModelWrapper
+from services.explorer.rewards.answers import truth_answer
 from services.explorer.workflows import WORKFLOWS
 from services.explorer.workflows import agentscope as adapters
 from services.explorer.workflows import agentscope_react as react
@@ -101,8 +102,8 @@ def test_construction_needs_history(monkeypatch: pytest.MonkeyPatch, wrapper: Mo
 
 
 def test_reference_answer_and_final_answer_text() -> None:
-    assert react.reference_answer("48/2 = 24 clips.\n#### 72") == "72"
-    assert react.reference_answer("0.5") == "0.5"
+    assert truth_answer("48/2 = 24 clips.\n#### 72") == "72"  # the truth the react rewards score against
+    assert truth_answer("0.5") == "0.5"
     assert (
         final_answer_text(SimpleNamespace(metadata={"result": "\\boxed{3}"}, content="ignored"))
         == "\\boxed{3}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from services.trainer.algorithms.api import TrainBatch
+from services.algorithms.batch import TrainBatch
 
 
 def t(*rows: object) -> torch.Tensor:

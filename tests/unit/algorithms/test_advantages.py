@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
+from services.algorithms.advantage.gae import gae_advantages
+from services.algorithms.advantage.grpo import grpo, grpo_advantages
+from services.algorithms.advantage.opmd import opmd_advantages
+from services.algorithms.advantage.reinforce_pp import reinforce_plus_plus_advantages
+from services.algorithms.advantage.rloo import rloo_advantages
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.advantage.gae import gae_advantages
-from services.trainer.algorithms.advantage.grpo import grpo, grpo_advantages
-from services.trainer.algorithms.advantage.opmd import opmd_advantages
-from services.trainer.algorithms.advantage.reinforce_pp import reinforce_plus_plus_advantages
-from services.trainer.algorithms.advantage.rloo import rloo_advantages
 from tests.unit.algorithms.helpers import close, make_batch, t
 
 # Groups: 0 -> rewards 1, 2, 3;  1 -> single reward 5;  2 -> rewards 2, 2 (no spread).

@@ -7,17 +7,16 @@ import math
 import pytest
 import torch
 
-from services.common.errors import InvalidArgument
-from services.trainer.algorithms import parts
-from services.trainer.algorithms.advantage import grpo, opmd
-from services.trainer.algorithms.advantage.entropy_clip import clipb_keep, clipv_keep
-from services.trainer.algorithms.advantage.external_signal import (
+from services.algorithms.advantage import ADVANTAGE_FN, grpo, opmd
+from services.algorithms.advantage.entropy_clip import clipb_keep, clipv_keep
+from services.algorithms.advantage.external_signal import (
     jsd_advantages,
     on_policy_distill_advantages,
     remax_advantages,
 )
-from services.trainer.algorithms.advantage.group_variants import asymre_advantages, rec_advantages, reinforce
-from services.trainer.algorithms.advantage.step_wise import step_wise_grpo_advantages
+from services.algorithms.advantage.group_variants import asymre_advantages, rec_advantages, reinforce
+from services.algorithms.advantage.step_wise import step_wise_grpo_advantages
+from services.common.errors import InvalidArgument
 from tests.unit.algorithms.helpers import close, make_batch, t
 
 
@@ -101,14 +100,14 @@ def test_jsd_is_minus_the_per_token_mixture_divergence():
 @pytest.mark.parametrize("name", ["remax", "on_policy_distill", "jsd", "step_wise_grpo", "clipb", "clipv"])
 def test_parts_needing_missing_data_fail_with_the_field(name):
     with pytest.raises(InvalidArgument, match=name) as err:
-        parts.ADVANTAGE_FN.get(name)(make_batch(2, 2, token_level_rewards=torch.zeros(2, 2)))
+        ADVANTAGE_FN.get(name)(make_batch(2, 2, token_level_rewards=torch.zeros(2, 2)))
     assert err.value.field == "algorithm.advantage_fn"
 
 
 def test_verl_copies_give_the_same_numbers():
-    assert parts.ADVANTAGE_FN.get("grpo_verl") is grpo.grpo
-    assert parts.ADVANTAGE_FN.get("opmd_verl") is opmd.opmd
-    assert parts.ADVANTAGE_FN.get("asymre_verl") is parts.ADVANTAGE_FN.get("asymre")
+    assert ADVANTAGE_FN.get("grpo_verl") is grpo.grpo
+    assert ADVANTAGE_FN.get("opmd_verl") is opmd.opmd
+    assert ADVANTAGE_FN.get("asymre_verl") is ADVANTAGE_FN.get("asymre")
 
 
 def test_step_wise_grpo_broadcasts_each_runs_final_reward_advantage():

@@ -31,11 +31,11 @@ import math
 import torch
 from torch import Tensor
 
+from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
-from services.trainer.algorithms.policy_loss.mix import agg_modes
-from services.trainer.algorithms.policy_loss.ppo import ppo_policy_loss, resolve_clip
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
+from services.trainer.algorithms.policy_loss.mix import MIX_EXTRA_ARGS, mix_args
+from services.trainer.algorithms.policy_loss.ppo import ppo_policy_loss
 
 
 def _agg(per_token: Tensor, action_mask: Tensor, use_token_level_loss: bool) -> Tensor:
@@ -51,10 +51,7 @@ def sft_is_loss(
     return loss, {"sft_is_loss": loss.item()}
 
 
-def sft_is(
-    batch: TrainBatch, logprob: Tensor, *, use_token_level_loss: bool = True
-) -> tuple[Tensor, dict[str, float]]:
-    return sft_is_loss(logprob, batch.action_mask, use_token_level_loss=use_token_level_loss)
+sft_is = batch_loss(sft_is_loss, name="sft_is")
 
 
 def sft_phi_loss(
@@ -73,12 +70,7 @@ def sft_phi_loss(
     return loss, {"sft_phi_loss": loss.item()}
 
 
-def sft_phi(
-    batch: TrainBatch, logprob: Tensor, *, use_token_level_loss: bool = True, cutoff_prob: float = 1.0
-) -> tuple[Tensor, dict[str, float]]:
-    return sft_phi_loss(
-        logprob, batch.action_mask, use_token_level_loss=use_token_level_loss, cutoff_prob=cutoff_prob
-    )
+sft_phi = batch_loss(sft_phi_loss, name="sft_phi")
 
 
 def mu_schedule(
@@ -93,43 +85,28 @@ def mu_schedule(
     return (mu_peak - mu_valley) * cosine + mu_valley
 
 
-def mix_chord(
-    batch: TrainBatch,
-    logprob: Tensor,
+def mix_chord_policy_loss(
+    logprob: Tensor,  # [B, T]
+    old_logprob: Tensor,  # [B, T]
+    action_mask: Tensor,  # [B, T]
+    advantages: Tensor,  # [B, T]
+    is_expert: Tensor,  # [B] bool
+    model_version: Tensor,  # [B] long; step = 1 + the newest version (the step about to run)
     *,
     mu_warmup_steps: int = 0,
     mu_decay_steps: int = 0,
     mu_peak: float = 0.1,
     mu_valley: float = 0.1,
     enable_phi_function: bool = True,
-    clip_range: float | None = 0.2,
-    clip_range_low: float | None = None,
-    clip_range_high: float | None = None,
-    loss_agg_mode: str | None = None,
-    grpo_loss_agg_mode: str | None = None,
-    sft_loss_agg_mode: str | None = None,
-    use_token_level_loss_in_sft: bool | None = None,
-    use_dynamic_bsz: bool | None = None,
-    ppo_mini_batch_size: int = 1,
-    ppo_micro_batch_size_per_gpu: int = 1,
-    ngpus_trainer: int = 1,
-    train_batch_size_usual: int = 1,
-    train_batch_size_expert: int = 1,
+    clip_range_low: float = 0.2,
+    clip_range_high: float = 0.2,
+    grpo_loss_agg_mode: str = "token-mean",
+    sft_loss_agg_mode: str = "token-mean",
     usual_weight: float = 1.0,
     expert_weight: float = 1.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    if batch.is_expert is None:
-        raise InvalidArgument(
-            "policy_loss_fn 'mix_chord' needs batch.is_expert (use sample_strategy 'mix')",
-            field="batch.is_expert",
-        )
-    low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
-    grpo_mode, sft_mode = agg_modes(
-        loss_agg_mode, grpo_loss_agg_mode, sft_loss_agg_mode, use_token_level_loss_in_sft
-    )
-    expert = batch.is_expert.to(torch.bool)
-    usual = ~expert
-    step = int(batch.model_version.max().item()) + 1 if len(batch) else 1
+    usual = ~is_expert
+    step = int(model_version.max().item()) + 1 if model_version.numel() else 1
     mu = mu_schedule(step, mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
     zero = logprob.sum() * 0.0
     rl, sft = zero, zero
@@ -137,23 +114,28 @@ def mix_chord(
     if usual.any():
         rl, rl_m = ppo_policy_loss(
             logprob[usual],
-            batch.require("old_logprob")[usual],
-            batch.action_mask[usual],
-            batch.require("advantages")[usual],
-            clip_range_low=low,
-            clip_range_high=high,
-            loss_agg_mode=grpo_mode,
+            old_logprob[usual],
+            action_mask[usual],
+            advantages[usual],
+            clip_range_low=clip_range_low,
+            clip_range_high=clip_range_high,
+            loss_agg_mode=grpo_loss_agg_mode,
         )
         metrics |= {f"usual/{k}": v for k, v in rl_m.items()}
-    if expert.any():
-        lp, m = logprob[expert], batch.action_mask[expert]
+    if is_expert.any():
+        lp, m = logprob[is_expert], action_mask[is_expert]
         if enable_phi_function:
             prob = torch.exp(lp)
-            sft = aggregate_loss(-lp * (prob * (1.0 - prob)).detach(), m, sft_mode)
+            sft = aggregate_loss(-lp * (prob * (1.0 - prob)).detach(), m, sft_loss_agg_mode)
             metrics["expert/sft_phi_loss"] = sft.item()
         else:
-            sft = aggregate_loss(-lp, m, sft_mode)
+            sft = aggregate_loss(-lp, m, sft_loss_agg_mode)
             metrics["expert/sft_loss"] = sft.item()
     loss = (1 - mu) * rl * usual_weight + mu * sft * expert_weight
     metrics |= {"loss": loss.item(), "mu": mu}
     return loss, metrics
+
+
+mix_chord = batch_loss(
+    mix_chord_policy_loss, name="mix_chord", extra_args=MIX_EXTRA_ARGS, prepare=mix_args("mix_chord")
+)

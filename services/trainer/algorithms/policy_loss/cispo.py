@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+from services.algorithms.masked import aggregate_loss, masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def cispo_policy_loss(
@@ -59,26 +59,4 @@ def cispo_policy_loss(
     }
 
 
-def cispo(
-    batch: TrainBatch,
-    logprob: Tensor,
-    *,
-    clip_range_low: float = 1.0,
-    clip_range_high: float = 0.28,
-    enable_mask_clip: bool = False,
-    mask_clip_range_low: float = 1.0,
-    mask_clip_range_high: float = 0.28,
-    loss_agg_mode: str = "token-mean",
-) -> tuple[Tensor, dict[str, float]]:
-    return cispo_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        clip_range_low=clip_range_low,
-        clip_range_high=clip_range_high,
-        enable_mask_clip=enable_mask_clip,
-        mask_clip_range_low=mask_clip_range_low,
-        mask_clip_range_high=mask_clip_range_high,
-        loss_agg_mode=loss_agg_mode,
-    )
+cispo = batch_loss(cispo_policy_loss, name="cispo")

@@ -19,12 +19,15 @@ label_smoothing) are accepted unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import Tensor
 
+from services.algorithms.batch import TrainBatch
+from services.algorithms.masked import masked_sum
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import masked_sum
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def dpo_loss(
@@ -55,9 +58,8 @@ def dpo_loss(
     }
 
 
-def dpo(
-    batch: TrainBatch, logprob: Tensor, *, beta: float = 0.1, label_smoothing: float = 0.0
-) -> tuple[Tensor, dict[str, float]]:
+def check_pairs(batch: TrainBatch, args: dict[str, Any]) -> dict[str, Any]:
+    """The reference logprobs are there and rows 2k, 2k+1 share a pair_index (when it is set)."""
     if batch.ref_logprob is None:
         raise InvalidArgument("DPO needs ref_logprob from the reference model", field="batch.ref_logprob")
     if batch.pair_index is not None and batch.pair_index.numel() >= 2:
@@ -66,4 +68,7 @@ def dpo(
             raise InvalidArgument(
                 "rows 2k and 2k+1 must share a pair_index (chosen, rejected)", field="batch.pair_index"
             )
-    return dpo_loss(logprob, batch.ref_logprob, batch.action_mask, beta=beta, label_smoothing=label_smoothing)
+    return args
+
+
+dpo = batch_loss(dpo_loss, name="dpo", prepare=check_pairs)

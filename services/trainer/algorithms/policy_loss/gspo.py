@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
-from services.trainer.algorithms.policy_loss.ppo import resolve_clip
+from services.algorithms.masked import aggregate_loss, masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
+from services.trainer.algorithms.policy_loss.ppo import clip_args
 
 
 def gspo_policy_loss(
@@ -45,24 +45,5 @@ def gspo_policy_loss(
     }
 
 
-def gspo(
-    batch: TrainBatch,
-    logprob: Tensor,
-    *,
-    clip_range: float | None = None,
-    clip_range_low: float | None = 3e-4,
-    clip_range_high: float | None = 4e-4,
-    loss_agg_mode: str = "seq-mean-token-mean",
-) -> tuple[Tensor, dict[str, float]]:
-    if clip_range is not None:  # a single clip_range given by the user wins over the GSPO defaults
-        clip_range_low = clip_range_high = None
-    low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
-    return gspo_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        clip_range_low=low,
-        clip_range_high=high,
-        loss_agg_mode=loss_agg_mode,
-    )
+# A single clip_range given by the user wins over the GSPO defaults of both bounds.
+gspo = batch_loss(gspo_policy_loss, name="gspo", extra_args=("clip_range",), prepare=clip_args)

@@ -21,13 +21,15 @@ arXiv:2505.17826; cf. LUFFY arXiv:2504.14945). Defaults mu 0.1, clip_range 0.2.
 
 from __future__ import annotations
 
-import torch
+from typing import Any
+
 from torch import Tensor
 
+from services.algorithms.batch import TrainBatch
+from services.algorithms.masked import aggregate_loss, check_loss_agg_mode
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, check_loss_agg_mode
-from services.trainer.algorithms.policy_loss.ppo import ppo_policy_loss, resolve_clip
+from services.trainer.algorithms.policy_loss.adapter import Prepare, batch_loss
+from services.trainer.algorithms.policy_loss.ppo import clip_args, ppo_policy_loss
 
 
 def mix_policy_loss(
@@ -71,71 +73,60 @@ def mix_policy_loss(
     return loss, metrics
 
 
-def mix(
-    batch: TrainBatch,
-    logprob: Tensor,
-    *,
-    mu: float = 0.1,
-    clip_range: float | None = 0.2,
-    clip_range_low: float | None = None,
-    clip_range_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str | None = None,
-    grpo_loss_agg_mode: str | None = None,
-    sft_loss_agg_mode: str | None = None,
-    use_token_level_loss_in_sft: bool | None = None,
-    use_dynamic_bsz: bool | None = None,
-    ppo_mini_batch_size: int = 1,
-    ppo_micro_batch_size_per_gpu: int = 1,
-    ngpus_trainer: int = 1,
-    train_batch_size_usual: int = 1,
-    train_batch_size_expert: int = 1,
-    usual_weight: float = 1.0,
-    expert_weight: float = 1.0,
-) -> tuple[Tensor, dict[str, float]]:
-    key = "algorithm.policy_loss_fn_args"
-    if batch.is_expert is None:
-        raise InvalidArgument(
-            "policy_loss_fn 'mix' needs batch.is_expert (use sample_strategy 'mix')", field="batch.is_expert"
-        )
-    low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, key)
-    grpo_mode, sft_mode = agg_modes(
-        loss_agg_mode, grpo_loss_agg_mode, sft_loss_agg_mode, use_token_level_loss_in_sft
-    )
-    return mix_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        batch.is_expert.to(torch.bool),
-        mu=mu,
-        usual_weight=usual_weight,
-        expert_weight=expert_weight,
-        clip_range_low=low,
-        clip_range_high=high,
-        clip_ratio_c=clip_ratio_c,
-        grpo_loss_agg_mode=grpo_mode,
-        sft_loss_agg_mode=sft_mode,
-    )
+# Trinity v0.5.2's batch-size arguments: accepted so its configs load, unused (see the docstring).
+TRINITY_BATCH_SIZE_ARGS = (
+    "use_dynamic_bsz",
+    "ppo_mini_batch_size",
+    "ppo_micro_batch_size_per_gpu",
+    "ngpus_trainer",
+    "train_batch_size_usual",
+    "train_batch_size_expert",
+)
+# Config names that are not the tensor function's own: Trinity's single clip bound, the older names
+# of the two aggregation modes, and the batch-size arguments.
+MIX_EXTRA_ARGS = ("clip_range", "loss_agg_mode", "use_token_level_loss_in_sft", *TRINITY_BATCH_SIZE_ARGS)
 
 
-def agg_modes(
-    loss_agg_mode: str | None,
-    grpo_loss_agg_mode: str | None,
-    sft_loss_agg_mode: str | None,
-    use_token_level_loss_in_sft: bool | None,
-) -> tuple[str, str]:
-    """(grpo mode, sft mode) from the v0.5.2 names and their older aliases; both token-mean by default."""
+def mix_args(name: str) -> Prepare:
+    """`prepare` of mix and mix_chord: expert rows must be marked; aliases become the loss's own args."""
+
+    def prepare(batch: TrainBatch, args: dict[str, Any]) -> dict[str, Any]:
+        if batch.is_expert is None:
+            raise InvalidArgument(
+                f"policy_loss_fn {name!r} needs batch.is_expert (use sample_strategy 'mix')",
+                field="batch.is_expert",
+            )
+        for arg in TRINITY_BATCH_SIZE_ARGS:
+            args.pop(arg, None)
+        return agg_mode_args(clip_args(batch, args))
+
+    return prepare
+
+
+def agg_mode_args(args: dict[str, Any]) -> dict[str, Any]:
+    """grpo_loss_agg_mode / sft_loss_agg_mode from the v0.5.2 names and their older aliases.
+
+    loss_agg_mode (the algorithm-wide setting) applies to the PPO part unless grpo_loss_agg_mode is
+    given; use_token_level_loss_in_sft sets sft_loss_agg_mode (True token-mean, False
+    seq-mean-token-mean). A mode left unset keeps the loss's default.
+    """
     key = "algorithm.policy_loss_fn_args"
-    if sft_loss_agg_mode is not None and use_token_level_loss_in_sft is not None:
-        raise InvalidArgument(
-            "sft_loss_agg_mode and use_token_level_loss_in_sft name the same setting; give one", field=key
-        )
-    grpo_mode = grpo_loss_agg_mode or loss_agg_mode or "token-mean"
-    if use_token_level_loss_in_sft is not None:
-        sft_mode = "token-mean" if use_token_level_loss_in_sft else "seq-mean-token-mean"
-    else:
-        sft_mode = sft_loss_agg_mode or "token-mean"
-    return check_loss_agg_mode(grpo_mode, f"{key}.grpo_loss_agg_mode"), check_loss_agg_mode(
-        sft_mode, f"{key}.sft_loss_agg_mode"
-    )
+    loss_agg_mode = args.pop("loss_agg_mode", None)
+    token_level = args.pop("use_token_level_loss_in_sft", None)
+    if token_level is not None:
+        if args.get("sft_loss_agg_mode") is not None:
+            raise InvalidArgument(
+                "sft_loss_agg_mode and use_token_level_loss_in_sft name the same setting; give one", field=key
+            )
+        args["sft_loss_agg_mode"] = "token-mean" if token_level else "seq-mean-token-mean"
+    if args.get("grpo_loss_agg_mode") is None and loss_agg_mode is not None:
+        args["grpo_loss_agg_mode"] = loss_agg_mode
+    for mode in ("grpo_loss_agg_mode", "sft_loss_agg_mode"):
+        if args.get(mode) is None:
+            args.pop(mode, None)
+        else:
+            check_loss_agg_mode(args[mode], f"{key}.{mode}")
+    return args
+
+
+mix = batch_loss(mix_policy_loss, name="mix", extra_args=MIX_EXTRA_ARGS, prepare=mix_args("mix"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import masked_mean
+from services.algorithms.masked import masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def opmd_policy_loss(
@@ -21,5 +21,4 @@ def opmd_policy_loss(
     return loss, {"opmd_loss": loss.item(), "pg_loss": loss.item()}
 
 
-def opmd(batch: TrainBatch, logprob: Tensor, *, tau: float = 1.0) -> tuple[Tensor, dict[str, float]]:
-    return opmd_policy_loss(logprob, batch.action_mask, batch.require("advantages"), tau=tau)
+opmd = batch_loss(opmd_policy_loss, name="opmd")

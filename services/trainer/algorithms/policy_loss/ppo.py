@@ -23,23 +23,37 @@ Trinity v0.5.2 options (DeepSeek-V3.2's off-policy sequence masking):
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from services.algorithms.batch import TrainBatch
+from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
-def resolve_clip(
-    clip_range: float | None, clip_range_low: float | None, clip_range_high: float | None, key: str
-) -> tuple[float, float]:
-    """clip_range_low/high default to clip_range; one of them must end up set."""
-    low = clip_range if clip_range_low is None else clip_range_low
-    high = clip_range if clip_range_high is None else clip_range_high
-    if low is None or high is None:
-        raise InvalidArgument("set clip_range or both clip_range_low and clip_range_high", field=key)
-    return float(low), float(high)
+def clip_args(batch: TrainBatch, args: dict[str, Any]) -> dict[str, Any]:
+    """Trinity's single `clip_range` sets clip_range_low / clip_range_high where the user gave neither.
+
+    A bound left unset (or None) keeps the loss's own default; `clip_range: null` with a bound
+    missing is refused rather than silently replaced by the default.
+    """
+    given = "clip_range" in args
+    clip_range = args.pop("clip_range", None)
+    for bound in ("clip_range_low", "clip_range_high"):
+        if args.get(bound) is not None:
+            continue
+        args.pop(bound, None)
+        if clip_range is not None:
+            args[bound] = clip_range
+        elif given:
+            raise InvalidArgument(
+                "set clip_range or both clip_range_low and clip_range_high",
+                field="algorithm.policy_loss_fn_args",
+            )
+    return args
 
 
 def ppo_policy_loss(
@@ -92,30 +106,4 @@ def ppo_policy_loss(
     }
 
 
-def ppo(
-    batch: TrainBatch,
-    logprob: Tensor,
-    *,
-    clip_range: float | None = 0.2,
-    clip_range_low: float | None = None,
-    clip_range_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str = "token-mean",
-    enable_sequence_masking: bool = False,
-    delta_sequence_masking: float = 0.1,
-    fallback_to_policy_gradient: bool = False,
-) -> tuple[Tensor, dict[str, float]]:
-    low, high = resolve_clip(clip_range, clip_range_low, clip_range_high, "algorithm.policy_loss_fn_args")
-    return ppo_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        clip_range_low=low,
-        clip_range_high=high,
-        clip_ratio_c=clip_ratio_c,
-        loss_agg_mode=loss_agg_mode,
-        enable_sequence_masking=enable_sequence_masking,
-        delta_sequence_masking=delta_sequence_masking,
-        fallback_to_policy_gradient=fallback_to_policy_gradient,
-    )
+ppo = batch_loss(ppo_policy_loss, name="ppo", extra_args=("clip_range",), prepare=clip_args)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 CLIP_MODES = ("none", "one-side", "gspo-one-side", "two-side", "ring")
 WEIGHTS = ("none", "importance_sampling", "gspo_importance_sampling", "advantage")
@@ -104,32 +104,4 @@ def rec_policy_loss(
     return loss, {"pg_loss": loss.item(), "pg_clipfrac": masked_mean((~in_range).float(), action_mask).item()}
 
 
-def rec(
-    batch: TrainBatch,
-    logprob: Tensor,
-    *,
-    epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
-    epsilon_low_prime: float = 0.6,
-    epsilon_high_prime: float = 2.0,
-    clip_mode: str = "none",
-    weight: str = "none",
-    regularizer: str = "none",
-    regularizer_coef: float = 0.0,
-    temp: float = 1.0,
-) -> tuple[Tensor, dict[str, float]]:
-    return rec_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high,
-        epsilon_low_prime=epsilon_low_prime,
-        epsilon_high_prime=epsilon_high_prime,
-        clip_mode=clip_mode,
-        weight=weight,
-        regularizer=regularizer,
-        regularizer_coef=regularizer_coef,
-        temp=temp,
-    )
+rec = batch_loss(rec_policy_loss, name="rec")

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+from services.algorithms.masked import aggregate_loss, masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def topr_policy_loss(
@@ -42,16 +42,7 @@ def topr_policy_loss(
     }
 
 
-def topr(
-    batch: TrainBatch, logprob: Tensor, *, advantage_threshold: float = 0.0
-) -> tuple[Tensor, dict[str, float]]:
-    return topr_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        advantage_threshold=advantage_threshold,
-    )
+topr = batch_loss(topr_policy_loss, name="topr")
 
 
 def _log_ratio_loss(
@@ -70,10 +61,7 @@ def sppo_policy_loss(
     return _log_ratio_loss(logprob, old_logprob, action_mask, advantages, in_range)
 
 
-def sppo(batch: TrainBatch, logprob: Tensor, *, epsilon: float = 0.3) -> tuple[Tensor, dict[str, float]]:
-    return sppo_policy_loss(
-        logprob, batch.require("old_logprob"), batch.action_mask, batch.require("advantages"), epsilon=epsilon
-    )
+sppo = batch_loss(sppo_policy_loss, name="sppo")
 
 
 def importance_sampling_policy_loss(
@@ -94,13 +82,4 @@ def importance_sampling_policy_loss(
     }
 
 
-def importance_sampling(
-    batch: TrainBatch, logprob: Tensor, *, loss_agg_mode: str = "token-mean"
-) -> tuple[Tensor, dict[str, float]]:
-    return importance_sampling_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        loss_agg_mode=loss_agg_mode,
-    )
+importance_sampling = batch_loss(importance_sampling_policy_loss, name="importance_sampling")

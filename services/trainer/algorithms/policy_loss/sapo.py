@@ -18,9 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import aggregate_loss, masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def sapo_policy_loss(
@@ -53,20 +53,4 @@ def sapo_policy_loss(
     }
 
 
-def sapo(
-    batch: TrainBatch,
-    logprob: Tensor,
-    *,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-    loss_agg_mode: str = "token-mean",
-) -> tuple[Tensor, dict[str, float]]:
-    return sapo_policy_loss(
-        logprob,
-        batch.require("old_logprob"),
-        batch.action_mask,
-        batch.require("advantages"),
-        tau_pos=tau_pos,
-        tau_neg=tau_neg,
-        loss_agg_mode=loss_agg_mode,
-    )
+sapo = batch_loss(sapo_policy_loss, name="sapo")

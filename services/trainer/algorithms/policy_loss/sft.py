@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import masked_mean
+from services.algorithms.masked import masked_mean
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def sft_loss(
@@ -25,7 +25,4 @@ def sft_loss(
     return loss, {"sft_loss": loss.item()}
 
 
-def sft(
-    batch: TrainBatch, logprob: Tensor, *, use_token_level_loss: bool = True
-) -> tuple[Tensor, dict[str, float]]:
-    return sft_loss(logprob, batch.action_mask, use_token_level_loss=use_token_level_loss)
+sft = batch_loss(sft_loss, name="sft")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
-from services.trainer.algorithms.api import TrainBatch
+from services.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
+from services.algorithms.batch import TrainBatch
 
 
 def rloo_advantages(scores: Tensor, action_mask: Tensor, group_index: Tensor) -> Tensor:

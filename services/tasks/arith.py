@@ -10,8 +10,9 @@ Difficulty knobs (`ArithSpec`): `digits`, `operands`, `op` (+ or -), `min_carrie
 (number of digit columns of an addition that produce a carry), `max_value` (caps every operand,
 e.g. 99 with digits=3 gives "047+038=" style problems), `reverse_answer`.
 
-`answer_reward(response, answer)` is the verifier: 1.0 when the text before the first EOS is
-exactly the answer, else 0.0. `digit_reward` gives partial credit per correct character.
+`answer_reward(response, answer)` is the verifier: 1.0 when the text before the first EOS
+(whitespace removed: the one answer reader's `plain_answer`, as `arith_reward` reads it) is exactly
+the answer, else 0.0. `digit_reward` gives partial credit per correct character.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import random
 from collections.abc import Iterable, Iterator
 
 from services.common.errors import InvalidArgument
+from services.explorer.rewards.answers import plain_answer
 
 EOS_TEXT = "<eos>"
 
@@ -145,19 +147,14 @@ def write_jsonl(rows: Iterable[dict[str, str]], path: str | pathlib.Path) -> pat
     return out
 
 
-def extract_answer(response: str, eos_text: str = EOS_TEXT) -> str:
-    """The response text before the first EOS, without surrounding whitespace."""
-    return response.split(eos_text, 1)[0].strip()
-
-
 def answer_reward(response: str, answer: str, eos_text: str = EOS_TEXT) -> float:
-    """1.0 when the response before the first EOS is exactly `answer`, else 0.0."""
-    return float(extract_answer(response, eos_text) == answer)
+    """1.0 when the response before the first EOS, whitespace removed, is exactly `answer`, else 0.0."""
+    return float(plain_answer(response, eos_text) == answer)
 
 
 def digit_reward(response: str, answer: str, eos_text: str = EOS_TEXT) -> float:
     """Fraction of answer characters right in place (0 when the length differs): a denser reward."""
-    got = extract_answer(response, eos_text)
+    got = plain_answer(response, eos_text)
     if len(got) != len(answer):
         return 0.0
     return sum(a == b for a, b in zip(got, answer, strict=True)) / len(answer)

@@ -5,14 +5,15 @@ Every problem a + b with a in 10..99 and b in 2..9 (720 in all). A fixed held-ou
 measures generalisation to unseen sums, not recall. Rows are `{"question": ..., "answer": "65"}`; the
 files are read through the normal taskset config (`prompt_key: question`, `response_key: answer`).
 
-The prompt carries no example answer: with one (`for example \boxed{7}`) SmolLM2-135M learned to box
-the example (see services/explorer/shaped_reward.py). The wording is measured: with "Put your final
-answer in \boxed{}." SmolLM2-135M boxed 3 % of its samples at temperature 0.7 and GRPO's groups often
-settled on the right number unboxed (0.5 credit, all samples alike, nothing left to learn from); asking
-for "a LaTeX \boxed{} expression" of a question written in LaTeX (`$63 + 2$`) it boxes 28 % of its
-samples (1 % greedy, held-out strict still ~1 %), so the boxed format is in every group from the start. `chat_messages` builds the one user message from
-the question alone; `render_prompt` renders it with the model's own chat template. Neither ever sees the
-answer. `python -m services.models.chat_arith OUT_DIR` writes train.jsonl and heldout.jsonl.
+The prompt carries no example answer: a small model given one learns to box the example (see
+services/explorer/rewards/shaped.py). It asks for "a LaTeX \boxed{} expression" of a question written
+in LaTeX because GRPO learns the boxed format only from groups in which some samples box and others
+do not: under this wording the untrained SmolLM2-135M boxes often enough that the format is in most
+groups from the start, where "Put your final answer in \boxed{}." left most groups flat
+(benchmarks/README.md, "SmolLM2 task and reward"; benchmarks/smollm2_prompt_wording.py measures
+it). Replies are read by services/explorer/rewards/answers.py. `chat_messages` builds the one user
+message from the question alone; `render_prompt` renders it with the model's own chat template.
+Neither ever sees the answer. `python -m services.tasks.chat_arith OUT_DIR` writes train.jsonl and heldout.jsonl.
 """
 
 from __future__ import annotations
@@ -85,6 +86,6 @@ def render_prompt(tokenizer: ChatTemplate, row: dict[str, str]) -> str:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m services.models.chat_arith OUT_DIR")
+        sys.exit("usage: python -m services.tasks.chat_arith OUT_DIR")
     for split, file in write_tasksets(sys.argv[1]).items():
         print(f"{split}: {file}")

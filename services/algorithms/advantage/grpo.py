@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from services.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores, summary
+from services.algorithms.batch import TrainBatch
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores, summary
-from services.trainer.algorithms.api import TrainBatch
 
 
 def _all_equal(scores: Tensor, inverse: Tensor, groups: int) -> Tensor:

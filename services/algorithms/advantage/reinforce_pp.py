@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from services.trainer.algorithms.advantage.base import AdvantageOutput
-from services.trainer.algorithms.api import TrainBatch
-from services.trainer.algorithms.masked import masked_whiten
+from services.algorithms.advantage.base import AdvantageOutput
+from services.algorithms.batch import TrainBatch
+from services.algorithms.masked import masked_whiten
 
 
 def reinforce_plus_plus_advantages(

@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from services.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
+from services.algorithms.batch import TrainBatch
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
-from services.trainer.algorithms.api import TrainBatch
 
 
 def reinforce(batch: TrainBatch) -> AdvantageOutput:

@@ -32,12 +32,12 @@ import math
 import torch
 from torch import Tensor
 
+from services.algorithms.advantage.base import AdvantageOutput
+from services.algorithms.advantage.entropy_clip import clipb_keep
+from services.algorithms.advantage.grpo import grpo
+from services.algorithms.advantage.step_wise import step_wise_grpo_advantages
+from services.algorithms.batch import TrainBatch
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.advantage.base import AdvantageOutput
-from services.trainer.algorithms.advantage.entropy_clip import clipb_keep
-from services.trainer.algorithms.advantage.grpo import grpo
-from services.trainer.algorithms.advantage.step_wise import step_wise_grpo_advantages
-from services.trainer.algorithms.api import TrainBatch
 
 
 def remax_advantages(

@@ -7,11 +7,13 @@ r"""`boxed_shaped_reward`: the shaped reward that taught SmolLM2-135M to answer 
 | a box holding a wrong (or unreadable) answer             | 0.1    |
 | anything else (no box, last number wrong or absent)      | 0.0    |
 
-Measured (docs: /work/shared/notes/real-model.md): a flat 0.1 for any box plus an example in the prompt
-was hacked within 4-6 steps (`\boxed{7}` everywhere); this shaping, with no example in the prompt, learned.
-An empty `\boxed{}` (the prompt's literal, which the base model copies) is no box: no 0.1 for it.
+Why shaped this way: a flat credit for any box, with an example answer in the prompt, was hacked
+(the model boxed the example everywhere); this shaping, with no example in the prompt, learned
+(benchmarks/README.md, "SmolLM2 task and reward"). An empty `\boxed{}` (the prompt's literal, which
+the base model copies) is no box: no 0.1 for it. Replies and truths are read and compared by
+answers.py.
 The weights are reward_fn_args (`boxed_correct`, `unboxed_correct`, `boxed_wrong`). Registered as
-`boxed_shaped_reward` in services/explorer/rewards.py's REWARD_FUNCTIONS.
+`boxed_shaped_reward` in the REWARD_FUNCTIONS of services/explorer/rewards/__init__.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.explorer.answers import last_boxed, last_number, same_answer, to_number
+from services.explorer.rewards.answers import last_boxed, last_number, same_answer, truth_answer
 
 
 def shaped_score(
@@ -31,13 +33,11 @@ def shaped_score(
     boxed_wrong: float = 0.1,
 ) -> float:
     """The table above for one reply."""
+    answer = truth_answer(truth)
     boxed = last_boxed(response)
     if boxed is not None:
-        return boxed_correct if same_answer(boxed, truth) else boxed_wrong
-    number, wanted = last_number(response), to_number(truth)
-    if number is not None and wanted is not None and number == wanted:
-        return unboxed_correct
-    return 0.0
+        return boxed_correct if same_answer(boxed, answer) else boxed_wrong
+    return unboxed_correct if same_answer(last_number(response), answer) else 0.0
 
 
 def boxed_shaped_reward(

@@ -1,12 +1,14 @@
 r"""Do two final answers state the same mathematical object? `equivalent(predicted, truth)`.
 
 Steps, cheapest first:
-1. Presentation goes (`strip_presentation`): `$`, `\left`/`\right`, spacing commands (`\,` `\!` `\;`),
+1. Presentation goes (`strip_presentation`): every `$`, `\left`/`\right`, spacing commands (`\,` `\!` `\;`),
    `\text{..}`/`\mathrm{..}` wrappers, a trailing unit in `\text{ cm}`, degrees `^\circ`, `\%`, a
-   trailing period, an equation's left-hand side (`x = 5` → `5`), thousands commas (`1,000`).
+   trailing period, an equation's left-hand side (`x = 5` → `5`), thousands commas (`1,000`), words
+   after a number (`5 apples` → `5`, as Trinity's Qwen2.5-Math reader drops units; words of two
+   letters or more, so `3 x` stays a product).
    Equal text after that is a match (also for words: `\text{Yes}` vs `yes`, case ignored).
 2. Tuples, intervals and lists (`(1, \frac{1}{2})`) match element by element, brackets equal.
-3. Each side is parsed (services/explorer/math_parse.py, no eval) and the difference is evaluated
+3. Each side is parsed (math_parse.py, no eval) and the difference is evaluated
    numerically with 50 digits: equal when it is below 1e-12 relative. With variables, at three
    fixed points given as 60-digit floats, never exact rationals whose powers could grow without
    bound (an identity test: `2(x+1)` vs `2x+2`).
@@ -22,10 +24,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from services.explorer.math_parse import parse_math
+from services.explorer.rewards.math_parse import parse_math
 
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_NUMBER_THEN_WORDS = re.compile(r"^([-+]?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+)?)(?:\s+[A-Za-z]{2,})+$")
 _NUMBER_LITERAL = re.compile(
     r"^[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/\d+(?:\.\d*)?)?$"
     r"|^[-+]?\\[dt]?frac\{[-+]?\d+(?:\.\d+)?\}\{[-+]?\d+(?:\.\d+)?\}$"
@@ -36,7 +39,7 @@ _RELATIVE_TOLERANCE = 1e-12
 
 def strip_presentation(text: str) -> str:
     """`text` without typesetting that does not change its value (see the module docstring)."""
-    text = text.strip().strip("$").strip()
+    text = text.replace("\\$", "").replace("$", "").strip()  # `$65$.` is 65
     text = re.sub(r"\\text\{\s+[^{}]*\}\s*$", "", text)  # a unit: `5 \text{ cm}`
     for command in ("\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "\\displaystyle"):
         text = text.replace(command, "")
@@ -48,6 +51,7 @@ def strip_presentation(text: str) -> str:
     if "=" in text and "\\le" not in text and "\\ge" not in text:
         text = text.rsplit("=", 1)[1]
     text = text.strip().rstrip(".").strip()
+    text = _NUMBER_THEN_WORDS.sub(r"\1", text)
     if _THOUSANDS.match(text.replace(" ", "")):
         text = text.replace(",", "")
     return text

@@ -15,9 +15,9 @@ import math
 import torch
 from torch import Tensor
 
+from services.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
+from services.algorithms.batch import TrainBatch
 from services.common.errors import InvalidArgument
-from services.trainer.algorithms.advantage.base import AdvantageOutput, group_stats, sequence_scores
-from services.trainer.algorithms.api import TrainBatch
 
 
 def opmd_advantages(

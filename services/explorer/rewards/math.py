@@ -2,13 +2,16 @@ r"""Trinity-RFT v0.5.2's math reward fns, under its names and arguments; answers
 
 | name                | parts returned                     | rule                                                   |
 | ------------------- | ---------------------------------- | ------------------------------------------------------ |
+| `math_reward`       | `accuracy`, `format_score`         | accuracy 1 when the reply's final answer (inside its last `<answer></answer>` when present: the box, else "the answer is …", else the last number) states the truth, else 0; format_score +0.1 for the `<think>…</think><answer>…</answer>` layout, else -0.1 |
 | `accuracy_reward`   | `accuracy`                         | 1 when the reply's LaTeX answer (last `\boxed{}`, else last `$…$`) equals the truth, else 0 (plain-text replies: 0, as Trinity's LaTeX extraction) |
 | `math_boxed_reward` | `accuracy`, `format_score`         | accuracy 1 when the last `\boxed{}` states the truth, else 0; format_score `-format_score_coef` when `with_think` and the reply lacks exactly one `<think>` before one `</think>`, else 0 |
 | `format_reward`     | `format_score`                     | +0.1 when the reply matches `pattern` (default `<think>\n…\n</think>\n<answer>\n…\n</answer>`), else -0.1 |
 | `math_dapo_reward`  | `accuracy`, `format_score`         | DAPO (arXiv 2503.14476, sec. 2.4): +1 correct, -1 wrong; format_score the overlong penalty |
 
-Answers are compared by services/explorer/math_equiv.py (`\frac{1}{2}` = `0.5` = `1/2`), where
-Trinity compares normalised strings (math_boxed_reward) or uses sympy with eval (math_dapo_reward).
+Answers are read and compared by answers.py, the one answer reader (`\frac{1}{2}` = `0.5` = `1/2`;
+a truth column is read by its `truth_answer`), where Trinity compares normalised strings
+(math_boxed_reward), uses math_verify (math_reward, accuracy_reward) or sympy with eval
+(math_dapo_reward); math_reward also reads the last `<answer>` where Trinity reads the first.
 Differences from Trinity, on purpose: `format_score_coef: 0` means no penalty (Trinity turns a 0
 into 0.1); math_boxed_reward takes `with_think` / `format_score_coef` from reward_fn_args as well as
 per call (the math_boxed_workflow passes its workflow_args per call, as Trinity does); when a DAPO
@@ -23,10 +26,26 @@ from collections.abc import Sized
 from typing import Any
 
 from services.common.errors import InvalidArgument
-from services.explorer.answers import last_boxed
-from services.explorer.math_equiv import equivalent
+from services.explorer.rewards.answers import (
+    answer_line,
+    final_answer,
+    last_boxed,
+    latex_answer,
+    same_answer,
+    tagged_answer,
+    truth_answer,
+)
 
 FORMAT_PATTERN = r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"
+# Trinity-RFT's math_reward format: reasoning in <think>, then the answer in <answer>, at the end
+MATH_FORMAT = re.compile(r".*?<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL | re.MULTILINE)
+
+
+def math_reward(response: str, truth: str | None = None, **_: Any) -> dict[str, float]:
+    """`math_reward` (Trinity's MathRewardFn): see the table above."""
+    answer = final_answer(tagged_answer(response) or response)
+    right = same_answer(answer, truth_answer(None if truth is None else str(truth)))
+    return {"accuracy": 1.0 if right else 0.0, "format_score": 0.1 if MATH_FORMAT.match(response) else -0.1}
 
 
 def think_pattern_ok(response: str) -> bool:
@@ -37,11 +56,11 @@ def think_pattern_ok(response: str) -> bool:
 
 
 def boxed_accuracy(response: str, truth: str | None) -> float:
-    r"""1.0 when the reply's last `\boxed{}` states the truth (itself boxed or not), else 0.0."""
+    r"""1.0 when the reply's last `\boxed{}` states the truth's answer (answers.truth_answer), else 0.0."""
     if truth is None:
         return 0.0
     answer = last_boxed(response)
-    return 1.0 if answer is not None and equivalent(answer, last_boxed(truth) or truth) else 0.0
+    return 1.0 if answer is not None and same_answer(answer, truth_answer(truth)) else 0.0
 
 
 class MathBoxedReward:
@@ -66,27 +85,15 @@ class MathBoxedReward:
         return {"accuracy": boxed_accuracy(response, truth), "format_score": format_score}
 
 
-_LATEX_SPANS = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
-
-
-def latex_answer(text: str) -> str | None:
-    r"""The answer a reply states in LaTeX: its last `\boxed{}`, else its last `$…$` / `\(…\)` /
-    `\[…\]` span; None for plain text (Trinity's accuracy_reward needs a LaTeX anchor too)."""
-    boxed = last_boxed(text)
-    if boxed is not None:
-        return boxed
-    spans = [next(g for g in m.groups() if g is not None) for m in _LATEX_SPANS.finditer(text)]
-    return spans[-1].strip() if spans else None
-
-
 class AccuracyReward:
     """`accuracy_reward` (Trinity's AccuracyReward, after open-r1): 1.0 when the reply's LaTeX answer
-    equals the truth mathematically. The truth is read the same way, or taken whole when it has no
-    LaTeX (`42`). `answer_parser`: a callable or dotted path applied to both reply and truth instead."""
+    (answers.latex_answer: plain text has none, as with Trinity's extraction) equals the truth. The
+    truth is read the same way, or taken whole when it has no LaTeX (`42`). `answer_parser`: a
+    callable or dotted path applied to both reply and truth instead."""
 
     def __init__(self, answer_parser: Any = None) -> None:
         if isinstance(answer_parser, str):
-            from services.explorer.registry import import_object
+            from services.common.registry import import_object
 
             answer_parser = import_object(answer_parser)
         self.answer_parser = answer_parser
@@ -99,7 +106,7 @@ class AccuracyReward:
             return {"accuracy": 1.0 if answer is not None and answer == gold else 0.0}
         answer = latex_answer(response)
         gold = latex_answer(str(truth)) or str(truth)
-        return {"accuracy": 1.0 if answer is not None and equivalent(answer, gold) else 0.0}
+        return {"accuracy": 1.0 if answer is not None and same_answer(answer, gold) else 0.0}
 
 
 class FormatReward:
@@ -119,11 +126,7 @@ class FormatReward:
 def dapo_answer(response: str) -> str:
     """The answer DAPO grades: after the last `</think>`, the last box, else the last `Answer:` line, else all."""
     tail = response.split("</think>")[-1]
-    boxed = last_boxed(tail)
-    if boxed is not None:
-        return boxed
-    lines = re.findall(r"Answer\s*:\s*(.+)", tail)
-    return lines[-1].strip() if lines else tail.strip()
+    return last_boxed(tail) or answer_line(tail) or tail.strip()
 
 
 def overlong_penalty(
@@ -183,7 +186,7 @@ class MathDAPOReward:
     def __call__(
         self, response: str, truth: str | None = None, response_token: Sized | None = None, **_: Any
     ) -> dict[str, float]:
-        correct = truth is not None and equivalent(dapo_answer(response), last_boxed(truth) or truth)
+        correct = truth is not None and same_answer(dapo_answer(response), truth_answer(truth))
         penalty = 0.0
         if self.enable_overlong_penalty:
             if response_token is None:

@@ -1,1 +1,0 @@
-"""Advantage functions: (batch, **args) -> AdvantageOutput. Built-ins are listed in ../parts.py."""
