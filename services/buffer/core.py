@@ -19,7 +19,7 @@ import os
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,6 +38,7 @@ from services.buffer.taskfile import load_rows
 from services.buffer.types import BufferSpec, ReadResult, Stats, TaskBatch, WriteResult
 from services.buffer.validate import to_items
 from services.common.config.buffer import StorageConfig
+from services.common.config.tasksets import TasksetDefaults, effective_taskset, task_settings
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from trinity_grpc.common.v1 import common_pb2 as pb
 
@@ -48,15 +49,11 @@ Buffer = ItemBuffer | TasksetBuffer
 
 @dataclass
 class Defaults:
-    """Values a buffer falls back to when its own section does not set them (from the config)."""
+    """What the config gives every buffer: lease and batch limits, and what tasksets fall back to."""
 
     lease_s: float = 600.0
     max_batch_items: int = 4096
-    total_epochs: int = 1
-    total_steps: int | None = None
-    workflow: str = ""
-    reward_fn: str = ""
-    repeat_times: int = 1
+    tasksets: TasksetDefaults = field(default_factory=TasksetDefaults)
 
 
 def storage_of(spec: BufferSpec) -> StorageConfig:
@@ -140,20 +137,13 @@ class BufferCore:
                 )
             rows = await asyncio.to_thread(load_rows, st.path, split=st.split, subset_name=st.subset_name)
             is_eval = bool(spec.options.get("is_eval", False))
-            workflow_args = dict(st.workflow_args)
-            if st.reward_fn_args:
-                workflow_args.setdefault("reward_fn_args", st.reward_fn_args)
+            st = effective_taskset(st, d.tasksets, is_eval=is_eval)
             sel = st.selector
             settings = TasksetSettings(
-                workflow=st.default_workflow_type or d.workflow,
-                reward_fn=st.default_reward_fn_type or d.reward_fn,
-                format_args=st.format.model_dump(),
-                rollout_args=dict(st.rollout_args),
-                workflow_args=workflow_args,
+                **task_settings(st),
                 is_eval=is_eval,
-                repeat_times=st.repeat_times or (1 if is_eval else d.repeat_times),
-                total_epochs=st.total_epochs or (1 if is_eval else d.total_epochs),
-                total_steps=st.total_steps or (None if is_eval else d.total_steps),
+                total_epochs=st.total_epochs or 1,
+                total_steps=st.total_steps,
                 selector=sel.selector_type,
                 seed=sel.seed,
                 target_pass_rate=sel.target_pass_rate,

@@ -27,6 +27,7 @@ from services.buffer.convert import (
 from services.buffer.core import BufferCore
 from services.buffer.specs import data_dir, defaults_from_config, specs_from_config
 from services.buffer.types import ReadResult
+from services.common.config.schema import TrinityConfig
 from services.common.errors import ResourceExhausted
 from services.common.limits import MIB, advice, limit_bytes
 from services.common.logging import get_logger
@@ -209,7 +210,7 @@ def add_to_server(servicer: BufferServicer, server: Any) -> None:
         raise RuntimeError("add_BufferServiceServicer_to_server did not call add_registered_method_handlers")
 
 
-async def serve(cfg: Any) -> None:
+async def serve(cfg: TrinityConfig) -> None:
     """Open every configured buffer, serve until SIGTERM/SIGINT, then close the files."""
     core = BufferCore(data_dir(cfg), defaults_from_config(cfg))
     await core.start(specs_from_config(cfg))

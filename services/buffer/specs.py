@@ -5,33 +5,31 @@
   use_priority_queue), sql -> table, file -> taskset (a dataset of rows, as in Trinity's SFT/DPO
   stages: the trainer reads the rows with ReadTasks and tokenizes them itself);
 - `auxiliary_buffers` (and the legacy `sft_warmup_dataset`): file -> taskset, queue/sql as above.
+
+What a taskset falls back to (workflow, reward fn, repeat_times, ...) is decided in one place,
+services/common/config/tasksets.py; the buffer hands the result out on every Task.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from services.buffer.core import BufferSpec, Defaults
 from services.common.config.buffer import StorageConfig
+from services.common.config.schema import TrinityConfig
+from services.common.config.tasksets import TasksetDefaults
 
 
-def data_dir(cfg: Any) -> str:
+def data_dir(cfg: TrinityConfig) -> str:
     """cfg.buffer.data_dir, else <run dir>/buffer."""
     return cfg.buffer.data_dir or os.path.join(cfg.run_dir, "buffer")
 
 
-def defaults_from_config(cfg: Any) -> Defaults:
-    b = cfg.buffer
-    ei = b.explorer_input
+def defaults_from_config(cfg: TrinityConfig) -> Defaults:
     return Defaults(
-        lease_s=b.lease_s,
-        max_batch_items=b.max_batch_items,
-        total_epochs=b.total_epochs,
-        total_steps=b.total_steps,
-        workflow=b.default_workflow_type or ei.default_workflow_type or "",
-        reward_fn=b.default_reward_fn_type or ei.default_reward_fn_type or "",
-        repeat_times=cfg.algorithm.repeat_times,
+        lease_s=cfg.buffer.lease_s,
+        max_batch_items=cfg.buffer.max_batch_items,
+        tasksets=TasksetDefaults.from_config(cfg),
     )
 
 
@@ -50,7 +48,7 @@ def spec_of(
     return BufferSpec(name or st.name, kind, options)
 
 
-def specs_from_config(cfg: Any) -> list[BufferSpec]:
+def specs_from_config(cfg: TrinityConfig) -> list[BufferSpec]:
     b = cfg.buffer
     specs: list[BufferSpec] = []
     if b.explorer_input.taskset is not None:

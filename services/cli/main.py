@@ -48,6 +48,9 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     print(
         f"{args.file}: OK (mode {cfg.mode}, algorithm {cfg.algorithm.algorithm_type}, stages: {stages}, run dir {cfg.run_dir})"
     )
+    from services.cli.resolved import resolved_report
+
+    print("\n".join(resolved_report(args.file, args.overrides, cfg)))
     return 0
 
 

@@ -1,8 +1,6 @@
 """`python -m services.<name> --config F` and `trinity serve <name>`: load config, log, serve.
 
 Heavy imports (torch, transformers) happen inside each service's `serve`, so `--help` is fast.
-A service whose server module is not there yet runs a placeholder that is honest about it:
-health SERVING, GetInfo state "placeholder", every other RPC UNIMPLEMENTED.
 """
 
 from __future__ import annotations
@@ -44,38 +42,10 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_serve(service: str) -> Callable[[TrinityConfig], Coroutine[Any, Any, None]]:
-    try:
-        module = importlib.import_module(f"services.{service}.server")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"services.{service}.server":
-            raise
-        return lambda cfg: serve_placeholder(service, cfg)
+    """`services.<service>.server.serve`, imported only now (it pulls the service's heavy modules)."""
+    module = importlib.import_module(f"services.{service}.server")
     serve: Callable[[TrinityConfig], Coroutine[Any, Any, None]] = module.serve
     return serve
-
-
-async def serve_placeholder(service: str, cfg: TrinityConfig) -> None:
-    from services.common.server import ServiceServer
-    from services.common.version import __version__
-
-    package, module, service_cls = SERVICE_PROTOS[service]
-    pb2 = importlib.import_module(f"{package}.{module}_pb2")
-    pb2_grpc = importlib.import_module(f"{package}.{module}_pb2_grpc")
-    server = ServiceServer(service, cfg.services)
-    base = getattr(pb2_grpc, f"{service_cls}Servicer")
-
-    class Placeholder(base):  # type: ignore[misc, valid-type]
-        async def GetInfo(self, request: Any, context: Any) -> Any:  # noqa: N802
-            return pb2.GetInfoResponse(info=server.info(__version__, state="placeholder"))
-
-    server.add(
-        getattr(pb2_grpc, f"add_{service_cls}Servicer_to_server"), Placeholder(), f"{package}.{service_cls}"
-    )
-    await server.start()
-    get_logger("entry").warning(
-        "placeholder_service", service=service, detail="only GetInfo and health are served"
-    )
-    await server.wait()
 
 
 def _parent_event(event: str, fields: dict[str, Any]) -> None:

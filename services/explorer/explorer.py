@@ -43,67 +43,27 @@ WRITE_CHUNK = 256
 
 
 class TaskResolver:
-    """Wire tasks -> workflow tasks: workflow class, reward fn, and the taskset's config as defaults."""
+    """Wire tasks -> workflow tasks: looks up the workflow and reward fn the task names.
 
-    def __init__(self, cfg: TrinityConfig) -> None:
-        self.cfg = cfg
-        inputs = cfg.buffer.explorer_input
-        self.train = inputs.taskset
-        self.sections = {
-            ts.name: ts for ts in ([inputs.taskset] if inputs.taskset else []) + list(inputs.eval_tasksets)
-        }
-
-    def _section(self, wire: WireTask) -> Any:
-        if wire.taskset in self.sections:
-            return self.sections[wire.taskset]
-        return self.train if not wire.is_eval else None
-
-    def repeat_times(self, wire: WireTask, section: Any) -> int:
-        if section is not None and section.repeat_times:
-            return section.repeat_times
-        return self.cfg.algorithm.repeat_times if not wire.is_eval else 1
+    Every setting of a task (workflow, reward fn, repeat_times, rollout/format/workflow args) was
+    decided once, by services/common/config/tasksets.py, and arrives on the wire from the buffer.
+    """
 
     def __call__(self, wire: WireTask, batch_id: int) -> Task:
-        section = self._section(wire)
-        inputs = self.cfg.buffer.explorer_input
-        workflow_name = (
-            wire.workflow
-            or (section.default_workflow_type if section else None)
-            or (inputs.default_eval_workflow_type if wire.is_eval else None)
-            or inputs.default_workflow_type
-            or self.cfg.buffer.default_workflow_type
-        )
-        if not workflow_name:
+        if not wire.workflow:
             raise InvalidArgument(
                 f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set "
                 "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow)",
                 field="buffer.explorer_input.taskset.default_workflow_type",
             )
-        reward_name = (
-            wire.reward_fn
-            or (section.default_reward_fn_type if section else None)
-            or inputs.default_reward_fn_type
-            or self.cfg.buffer.default_reward_fn_type
-        )
-        defaults: dict[str, Any] = {}
-        if section is not None:
-            defaults = {
-                "format": section.format.model_dump(exclude_unset=True),
-                "rollout_args": {**self.cfg.model.rollout_defaults, **section.rollout_args},
-                "workflow_args": dict(section.workflow_args),
-                "reward_fn_args": dict(section.reward_fn_args),
-            }
-        task = Task.from_wire(
+        return Task.from_wire(
             wire,
-            workflow=WORKFLOWS.get(workflow_name, field="default_workflow_type"),
-            reward_fn=REWARD_FUNCTIONS.get(reward_name, field="default_reward_fn_type")
-            if reward_name
+            workflow=WORKFLOWS.get(wire.workflow, field="default_workflow_type"),
+            reward_fn=REWARD_FUNCTIONS.get(wire.reward_fn, field="default_reward_fn_type")
+            if wire.reward_fn
             else None,
-            defaults=defaults,
             batch_id=batch_id,
         )
-        task.repeat_times = self.repeat_times(wire, section)
-        return task
 
 
 def rollout_metrics(results: list[UnitResult], exps: list[Experience], seconds: float) -> dict[str, float]:
@@ -171,7 +131,7 @@ class Explorer:
         self.runner = runner
         self.weights = weights
         self.monitor = monitor
-        self.resolve = TaskResolver(cfg)
+        self.resolve = TaskResolver()
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
         advantage = explorer_side_advantage(cfg)

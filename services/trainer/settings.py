@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 from services.common.config.schema import TrinityConfig
+from services.common.config.tasksets import TasksetDefaults, effective_taskset
 from services.common.errors import InvalidArgument
 
 
@@ -49,7 +50,11 @@ class EngineSettings:
                 "warmup_style cosine needs trainer.total_steps", field="algorithm.optimizer.warmup_style"
             )
         taskset = cfg.buffer.explorer_input.taskset
-        rollout_args = {**cfg.model.rollout_defaults, **(taskset.rollout_args if taskset else {})}
+        rollout_args = (
+            effective_taskset(taskset, TasksetDefaults.from_config(cfg), is_eval=False).rollout_args
+            if taskset
+            else cfg.model.rollout_defaults
+        )
         temperature = float(rollout_args.get("temperature", 1.0) or 1.0)
         return cfg_cls(
             micro_batch_size=cfg.trainer.effective_micro_batch_size,

@@ -16,6 +16,7 @@ from services.buffer.types import BufferSpec
 from services.cli.config_check import check_file
 from services.common.config import validate_config
 from services.common.config.buffer import BotsConfig
+from services.common.config.tasksets import TasksetDefaults
 from services.common.errors import ConfigError, InvalidArgument
 
 BOTS_YAML = Path(__file__).parent.parent / "data" / "trinity-v0.5.2-examples" / "bots" / "bots.yaml"
@@ -145,7 +146,9 @@ def bots_spec(path: str) -> BufferSpec:
 
 
 async def open_core(tmp_path: Path, spec: BufferSpec) -> BufferCore:
-    core = BufferCore(str(tmp_path / "data"), Defaults(workflow="math_workflow", repeat_times=4))
+    core = BufferCore(
+        str(tmp_path / "data"), Defaults(tasksets=TasksetDefaults(workflow="math_workflow", repeat_times=4))
+    )
     await core.start([spec])
     return core
 

@@ -11,6 +11,7 @@ import pytest
 
 from services.buffer.core import BufferCore, Defaults
 from services.buffer.types import BufferSpec
+from services.common.config.tasksets import TasksetDefaults
 from services.common.errors import InvalidArgument
 
 
@@ -22,7 +23,10 @@ def write_jsonl(path, n: int) -> str:
 
 
 async def open_core(tmp_path, *specs: BufferSpec, defaults: Defaults | None = None) -> BufferCore:
-    core = BufferCore(str(tmp_path / "data"), defaults or Defaults(workflow="math_workflow", repeat_times=4))
+    core = BufferCore(
+        str(tmp_path / "data"),
+        defaults or Defaults(tasksets=TasksetDefaults(workflow="math_workflow", repeat_times=4)),
+    )
     await core.start(list(specs))
     return core
 

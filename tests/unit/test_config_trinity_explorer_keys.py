@@ -3,6 +3,8 @@ max_repeat_times_per_runner, default_eval_workflow_type and rollout_model.use_v1
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import torch
 
@@ -98,33 +100,41 @@ async def test_max_repeat_times_per_runner_splits_repeats_and_keeps_run_ids() ->
     assert {r.task.task_id for r in results} == {"t"}
 
 
-def test_default_eval_workflow_type_is_the_workflow_of_eval_tasksets_that_name_none() -> None:
-    from services.common.experience import Task as WireTask
+async def test_default_eval_workflow_type_is_the_workflow_of_eval_tasksets_that_name_none(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Through a real buffer core and the explorer's resolver: the buffer decides, the wire carries it."""
+    from services.buffer.core import BufferCore
+    from services.buffer.specs import defaults_from_config, specs_from_config
     from services.explorer.explorer import TaskResolver
 
+    data = tmp_path / "tasks.jsonl"
+    data.write_text('{"question": "1+1", "answer": "2"}\n')
     cfg = validate_config(
         {
+            "checkpoint_root_dir": str(tmp_path / "runs"),
             "buffer": {
                 "explorer_input": {
-                    "taskset": {"name": "train", "path": "t.jsonl"},
+                    "taskset": {"name": "train", "path": str(data)},
                     "eval_tasksets": [
-                        {"name": "plain", "path": "e.jsonl"},
-                        {"name": "own", "path": "e.jsonl", "default_workflow_type": "arith_workflow"},
+                        {"name": "plain", "path": str(data)},
+                        {"name": "own", "path": str(data), "default_workflow_type": "arith_workflow"},
                     ],
                     "default_workflow_type": "math_workflow",
                     "default_eval_workflow_type": "math_boxed_workflow",
                     "default_reward_fn_type": "math_reward",
                 }
-            }
+            },
         }
     )
-    resolve = TaskResolver(cfg)
-
-    def workflow(taskset: str, is_eval: bool) -> str:
-        wire = WireTask(raw_task={"question": "1+1", "answer": "2"}, taskset=taskset, is_eval=is_eval)
-        return resolve(wire, 0).workflow.__name__
-
-    names = {name: workflow(name, name != "train") for name in ("train", "plain", "own")}
+    core = BufferCore(str(tmp_path / "buffer"), defaults_from_config(cfg))
+    await core.start(specs_from_config(cfg))
+    resolve = TaskResolver()
+    names = {}
+    for name in ("train", "plain", "own"):
+        wire = (await core.read_tasks(name, 1)).tasks[0]
+        names[name] = resolve(wire, 0).workflow.__name__
+    await core.close()
     assert names == {"train": "MathWorkflow", "plain": "MathBoxedWorkflow", "own": "ArithWorkflow"}
 
 

@@ -132,6 +132,7 @@ async def test_dpo_trains_on_pairs_read_from_a_file_dataset(tmp_path: pathlib.Pa
             "algorithm": {"algorithm_type": "dpo", "optimizer": {"lr": 1e-3}},
             "buffer": {
                 "batch_size": 2,
+                "train_batch_size": 2,  # 2 pairs a step (unset: batch_size x dpo's repeat_times 2)
                 "trainer_input": {
                     "experience_buffer": {"name": "pairs", "storage_type": "file", "path": "unused.jsonl"}
                 },

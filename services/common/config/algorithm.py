@@ -1,16 +1,17 @@
 """`algorithm:` — which algorithm and which parts (Trinity-RFT's keys).
 
-Parts left as None are filled by the `algorithm_type` preset in services/trainer/algorithms;
-a part the user set is never overridden.
+Parts left unset are filled when the section is validated, from the `algorithm_type` preset
+(services/common/config/presets.yaml); a part the user set is never overridden.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from services.common.config.base import Section
+from services.common.config.presets import algorithm_types, apply_preset
 
 
 class OptimizerConfig(Section):
@@ -51,14 +52,14 @@ class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
     grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd (presets in
-    services/trainer/algorithms/presets.py; checked when the trainer builds the algorithm).
+    services/common/config/presets.yaml, applied when the config is loaded).
     multi_step_grpo's advantages are computed by the explorer (one experience per model call, run and
     step ids); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
     on_policy_distill_math_workflow with a teacher in explorer.auxiliary_models). dpo is per pair (the paper's
     loss, averaged over pairs); Trinity sums all chosen and all rejected rows of a micro-batch into one
     pair; the two agree for one pair per micro-batch."""
     repeat_times: int = Field(1, ge=1)
-    """Rollouts per task (GRPO/OPMD need > 1)."""
+    """Rollouts per training task (GRPO/OPMD need > 1); unset: the preset's (grpo 2, mix 8, ppo 1, ...)."""
     sample_strategy: str | None = None
     """How the trainer reads experiences: default (alias warmup, Trinity's name; SFT warm-up is
     `stages` here), staleness_control, mix."""
@@ -116,3 +117,24 @@ class AlgorithmConfig(Section):
     """Train a value model (PPO with GAE); None lets the preset decide (true for ppo only)."""
     value_loss_fn_args: dict[str, Any] | None = None
     """Critic loss when use_critic: cliprange_value (0.5, veRL's default) and value_loss_coef (1.0)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data: Any) -> Any:
+        default_type = cls.model_fields["algorithm_type"].default
+        return apply_preset(data, default_type) if isinstance(data, dict) else data
+
+    def part(self, key: str) -> str:
+        """The name of part `key` (advantage_fn, policy_loss_fn, kl_penalty_fn, kl_loss_fn,
+        entropy_loss_fn, sample_strategy): always set once validated, by the user or the preset."""
+        value = getattr(self, key)
+        if not isinstance(value, str):
+            raise ValueError(f"algorithm.{key} is not resolved (build the config by validation)")
+        return value
+
+    @field_validator("algorithm_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in algorithm_types():
+            raise ValueError(f"unknown algorithm_type {value!r}; allowed: {', '.join(algorithm_types())}")
+        return value

@@ -15,6 +15,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
 from services.common.config.schema import TrinityConfig
+from services.common.config.tasksets import repeat_times_conflict, resolve_tasksets
 from services.common.config.trinity_keys import meaning_of, strip_inert
 from services.common.errors import ConfigError
 
@@ -65,13 +66,14 @@ def validate_config(raw: dict[str, Any]) -> TrinityConfig:
                 f"duplicate stage_name {stage.stage_name!r}", field=f"stages[{index}].stage_name"
             )
         seen.add(stage.stage_name)
-        merged = _merge_stage(raw, stage.model_dump(exclude_none=True))
+        merged = merge_stage(raw, stage.model_dump(exclude_none=True))
         stage_configs.append(_validate(merged, prefix=f"stages[{index}]."))
     cfg._stage_configs = stage_configs
     return cfg
 
 
-def _merge_stage(raw: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
+def merge_stage(raw: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
+    """The raw tree of one stage: the globals with the stage's sections merged over them."""
     base = {k: v for k, v in raw.items() if k != "stages"}
     overrides = {k: v for k, v in stage.items() if k not in ("stage_name",)}
     merged = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(overrides)))
@@ -86,11 +88,15 @@ def _validate(raw: dict[str, Any], prefix: str) -> TrinityConfig:
     except ValueError as exc:
         raise ConfigError(prefix + str(exc), field=prefix + str(exc).split(" ", 1)[0]) from None
     try:
-        return TrinityConfig.model_validate(raw)
+        cfg = TrinityConfig.model_validate(raw)  # algorithm presets are applied here (AlgorithmConfig)
     except ValidationError as exc:
         messages = [format_error(err, prefix) for err in exc.errors()]
         first = exc.errors()[0]
         raise ConfigError("\n".join(messages), field=prefix + _dotted(first["loc"])) from None
+    conflict = repeat_times_conflict(cfg)
+    if conflict:
+        raise ConfigError(prefix + conflict, field=prefix + "buffer.explorer_input.taskset.repeat_times")
+    return resolve_tasksets(cfg)
 
 
 def _dotted(loc: Sequence[Any]) -> str:

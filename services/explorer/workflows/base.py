@@ -91,29 +91,18 @@ class Task:
         return clone
 
     @classmethod
-    def from_wire(
-        cls,
-        wire: WireTask,
-        *,
-        workflow: type,
-        reward_fn: Any,
-        defaults: dict[str, Any] | None = None,
-        batch_id: int = 0,
-    ) -> Task:
-        """Build from the buffer's Task; `defaults` (the taskset's config section) fill what the task leaves empty."""
-        defaults = defaults or {}
-        fmt = {**defaults.get("format", {}), **(wire.format_args or {})}
-        rollout = RolloutArgs(
-            {**ROLLOUT_DEFAULTS, **defaults.get("rollout_args", {}), **(wire.rollout_args or {})}
-        )
+    def from_wire(cls, wire: WireTask, *, workflow: type, reward_fn: Any, batch_id: int = 0) -> Task:
+        """Build from the buffer's Task, whose settings the buffer already resolved (config/tasksets.py);
+        the taskset's reward_fn_args travel in workflow_args["reward_fn_args"]."""
+        workflow_args = dict(wire.workflow_args or {})
         return cls(
             workflow=workflow,
             repeat_times=max(int(wire.repeat_times or 1), 1),
-            format_args=FormatConfig.model_validate(fmt),
-            rollout_args=rollout,
-            workflow_args={**defaults.get("workflow_args", {}), **(wire.workflow_args or {})},
+            format_args=FormatConfig.model_validate(wire.format_args or {}),
+            rollout_args=RolloutArgs({**ROLLOUT_DEFAULTS, **(wire.rollout_args or {})}),
+            workflow_args=workflow_args,
             reward_fn=reward_fn,
-            reward_fn_args=dict(defaults.get("reward_fn_args", {})),
+            reward_fn_args=dict(workflow_args.get("reward_fn_args") or {}),
             raw_task=dict(wire.raw_task or {}),
             is_eval=wire.is_eval,
             task_id=wire.task_id,
