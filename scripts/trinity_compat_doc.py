@@ -4,7 +4,7 @@
 
 The tally counts what the schema decides (a config loads, or a value is rejected with a reason, or
 an unknown key stops it), so it changes only with the schema; names in registries and files are
-`trinity config check`'s part and are counted by tests/unit/test_trinity_compat.py (run it with -s).
+`trinity config check`'s part and are counted by tests/unit/common/config/test_trinity_compat.py (run it with -s).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def render_compat() -> list[str]:
         ),
         "",
         "`trinity config check` then also looks up the algorithm, workflow, reward and operator names",
-        "and the files; `pytest -s tests/unit/test_trinity_compat.py` prints that fuller tally.",
+        "and the files; `pytest -s tests/unit/common/config/test_trinity_compat.py` prints that fuller tally.",
         "",
         "| Trinity key | status | what it does here |",
         "| --- | --- | --- |",

@@ -48,7 +48,7 @@ def _plain(value: Any) -> Any:
 # Reads hand out stored Experience bytes and writes send bytes the client serialized: building
 # the outer message by concatenation (protobuf encoding: tag, varint length, bytes) saves a parse
 # and a re-serialization of ~1 MB per batch, which upb does at ~0.5 GB/s (2 ms). Field numbers
-# are those of buffer.proto; tests/unit/test_buffer_wire.py checks them against the real parser.
+# are those of buffer.proto; tests/unit/buffer/test_convert.py checks them against the real parser.
 
 
 def _varint(n: int) -> bytes:

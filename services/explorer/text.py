@@ -5,7 +5,7 @@ Python around the Rust tokenizer (argument handling, `to_py_obj` over every id);
 explorer spent a tenth of each step there. A fast tokenizer whose decode needs no clean-up pass
 (`clean_up_tokenization_spaces` false, as modern chat models set it) is called on its Rust backend
 directly, a whole batch of responses in one call; any other tokenizer goes through transformers.
-tests/unit/test_explorer_text.py checks both paths give the same ids and text.
+tests/unit/explorer/test_text.py checks both paths give the same ids and text.
 """
 
 from __future__ import annotations

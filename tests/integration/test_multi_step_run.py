@@ -6,7 +6,7 @@ pipeline computes step_wise_grpo's advantages (the preset's advantage fn), the t
 rows as they come. Checked: the explorer ran the operator over 8 runs of several calls each, the
 trainer trained two steps. (The tiny model is untrained, so replies run to the length limit; the
 workflow plays them anyway with stop_on_truncation false. The advantage numbers are checked by hand
-in tests/unit/test_explorer_step_wise.py.)
+in tests/unit/explorer/pipeline/test_step_wise.py.)
 """
 
 from __future__ import annotations

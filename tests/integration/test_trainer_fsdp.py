@@ -28,7 +28,7 @@ from services.synchronizer.client import SynchronizerClient
 from services.synchronizer.transfer.checkpoint import load_checkpoint
 from services.trainer.batching import build_batch
 from services.trainer.build import build_engine
-from tests.unit.trainer_fakes import experience
+from tests.fakes.trainer import experience
 
 ROWS = [("1+2=", "3", "a", 1.0), ("1+2=", "4", "a", 0.0), ("7+7=", "14", "b", 1.0)]  # GRPO groups a, b
 STEPS = 3

@@ -25,7 +25,7 @@ from services.buffer.client import BufferClient
 from services.common.procs import wait_healthy
 from services.trainer.client import TrainerClient
 from services.trainer.tally import tally_dir
-from tests.unit.trainer_fakes import experience
+from tests.fakes.trainer import experience
 
 PAIRS = [("1+2=", "3"), ("2+2=", "4"), ("3+4=", "7"), ("9+9=", "18")]
 TOTAL_STEPS = 9

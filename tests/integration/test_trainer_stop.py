@@ -14,8 +14,8 @@ import time
 from services.buffer.client import BufferClient
 from services.common.procs import wait_healthy
 from services.trainer.client import TrainerClient
+from tests.fakes.trainer import experience
 from tests.integration.test_trainer_service import _progress
-from tests.unit.trainer_fakes import experience
 
 GRACE_S = 1.5
 ROWS = 256

@@ -32,7 +32,7 @@ def make_model() -> Iterator[Any]:
     from services.explorer.engines.base import BatchingEngine
     from services.explorer.model_wrapper import ModelWrapper
     from services.models.loading import builtin_tokenizer
-    from tests.unit.env_workflow_helpers import ScriptedEngine
+    from tests.fakes.env_workflows import ScriptedEngine
 
     opened: list[Any] = []
 

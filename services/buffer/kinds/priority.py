@@ -6,7 +6,7 @@ Priority functions are Trinity's:
   noise of std `sigma`; an item is put back only while use_count < use_count_limit.
 
 What follows Trinity's AsyncPriorityQueue (trinity/buffer/storage/queue.py), because its tests
-pin orderings that users carry over (tests/unit/test_buffer_priority.py derives them):
+pin orderings that users carry over (tests/unit/buffer/kinds/test_priority.py derives them):
 - A read takes items out of the queue and counts a use. With `reuse_cooldown_time` an item
   re-enters `reuse_cooldown_time` seconds after its *read* with its new priority (unless the fn
   says not to put it back); without it, a read item is used once.

@@ -2,7 +2,7 @@
 
 One table, three uses: the loader appends a key's entry to its "unknown key" error (so a Trinity
 user reads why and what to use instead), docs/config.md renders it (scripts/gen_config_docs.py),
-and tests/unit/test_trinity_compat.py fails when one of Trinity's example configs uses a key that
+and tests/unit/common/config/test_trinity_compat.py fails when one of Trinity's example configs uses a key that
 is neither in the schema nor here. Keys of the schema with Trinity's name and meaning are not
 listed: the generated reference documents them.
 

@@ -7,7 +7,7 @@ import torch
 
 from services.algorithms.masked import aggregate_loss, masked_mean, masked_var, masked_whiten
 from services.common.errors import InvalidArgument
-from tests.unit.algorithms.helpers import close, t
+from tests.fakes.tensors import close, t
 
 # values [[1, 2, 3], [4, 9, 9]] with mask [[1, 1, 1], [1, 0, 0]]: the 9s are padding.
 VALUES = t([1, 2, 3], [4, 9, 9])
