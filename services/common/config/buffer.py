@@ -165,7 +165,8 @@ class StorageConfig(Section):
     split: str = "train"
     """HF-layout split (file name prefix)."""
     repeat_times: int | None = Field(None, ge=1)
-    """Rollouts per task; defaults to algorithm.repeat_times for the taskset and 1 for eval."""
+    """Rollouts per task: a training taskset's is algorithm.repeat_times (a different value is refused);
+    an eval taskset's defaults to 1 (services/common/config/tasksets.py decides every taskset setting)."""
     format: FormatConfig = FormatConfig()
     """Column names."""
     rollout_args: dict[str, Any] = Field(default_factory=dict)
@@ -175,9 +176,11 @@ class StorageConfig(Section):
     reward_fn_args: dict[str, Any] = Field(default_factory=dict)
     """Extra reward-function arguments."""
     default_workflow_type: str | None = None
-    """Workflow for this taskset (falls back to buffer.default_workflow_type)."""
+    """Workflow for this taskset; unset: explorer_input.default_eval_workflow_type (eval tasksets), then
+    explorer_input.default_workflow_type, then buffer.default_workflow_type."""
     default_reward_fn_type: str | None = None
-    """Reward fn for this taskset (falls back to buffer.default_reward_fn_type)."""
+    """Reward fn for this taskset; unset: explorer_input.default_reward_fn_type, then
+    buffer.default_reward_fn_type."""
     task_selector: TaskSelectorConfig = TaskSelectorConfig()
     """Task order."""
     data_selector: TaskSelectorConfig | None = None
@@ -243,11 +246,11 @@ class ExplorerInputConfig(Section):
     eval_tasksets: list[StorageConfig] = Field(default_factory=list)
     """Evaluation tasksets."""
     default_workflow_type: str | None = None
-    """Workflow when neither the taskset nor buffer sets one."""
+    """Workflow of a taskset that names none (before buffer.default_workflow_type)."""
     default_eval_workflow_type: str | None = None
     """Workflow of an eval taskset that sets none (before default_workflow_type; Trinity's key)."""
     default_reward_fn_type: str | None = None
-    """Reward fn when neither the taskset nor buffer sets one."""
+    """Reward fn of a taskset that names none (before buffer.default_reward_fn_type)."""
 
 
 class TrainerInputConfig(Section):
@@ -273,9 +276,9 @@ class BufferConfig(Section):
     trainer_input: TrainerInputConfig = TrainerInputConfig()
     """Experience buffers."""
     default_workflow_type: str | None = None
-    """Workflow used when a taskset names none."""
+    """Older spelling: the workflow of a taskset when neither it nor explorer_input names one."""
     default_reward_fn_type: str | None = None
-    """Reward fn used when a taskset names none."""
+    """Older spelling: the reward fn of a taskset when neither it nor explorer_input names one."""
     data_dir: str | None = None
     """Where the buffer service keeps its SQLite files; default <run dir>/buffer."""
     lease_s: float = Field(600.0, gt=0)
