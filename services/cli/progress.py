@@ -1,6 +1,7 @@
 """Live progress for `trinity run`: one line every few seconds from each service's GetInfo, and a
-filter that keeps per-step log lines (summarized by that line) off the console. Every line still
-goes to <run dir>/logs/<service>.log."""
+filter that keeps per-step log lines (summarized by that line) and records of benign third-party
+output (deprecation warnings, vLLM's reload warnings for modules without weights of their own) off
+the console. Every line still goes to <run dir>/logs/<service>.log."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from services.cli.stages import main_first
 from services.cli.status import service_info
 from services.common.config import TrinityConfig
 from services.common.errors import TrinityError
+from services.common.logging import QUIET_EVENTS
 
 # Per-step events: the progress line summarizes them; `trinity run --verbose` shows them too.
 CHATTY_EVENTS = frozenset(
@@ -32,7 +34,8 @@ EXIT_NOISE = (
 
 
 def should_forward(line: str, verbose: bool) -> bool:
-    """Forward non-JSON lines (tracebacks, prints) and every event except the per-step ones."""
+    """Forward non-JSON lines (tracebacks, prints) and every event except the per-step ones and the
+    records of benign third-party output."""
     if not verbose and line.startswith(EXIT_NOISE):
         return False
     if verbose or not line.startswith("{"):
@@ -42,7 +45,8 @@ def should_forward(line: str, verbose: bool) -> bool:
     except ValueError:
         return True
     event = record.get("event", "") if isinstance(record, dict) else ""
-    return not isinstance(event, str) or event not in CHATTY_EVENTS
+    # QUIET_EVENTS: third-party output known to be benign (services.common.logging.log_benign)
+    return not isinstance(event, str) or (event not in CHATTY_EVENTS and event not in QUIET_EVENTS)
 
 
 # A new value of any of these (service, stat) means a step or an eval finished: worth a progress line.

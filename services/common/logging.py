@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
@@ -106,6 +107,13 @@ def configure_logging(service: str, level: str = "INFO", *, json: bool = True) -
     global _configured
     numeric = getattr(logging, level.upper(), logging.INFO)
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(message)s", force=True)
+    _configure_structlog(numeric, json=json)
+    structlog.contextvars.bind_contextvars(service=service)
+    _configured = True
+    quiet_third_party_warnings()
+
+
+def _configure_structlog(numeric: int, *, json: bool = True) -> None:
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
     structlog.configure(
         processors=[
@@ -120,11 +128,87 @@ def configure_logging(service: str, level: str = "INFO", *, json: bool = True) -
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    structlog.contextvars.bind_contextvars(service=service)
-    _configured = True
 
 
 def get_logger(name: str | None = None) -> Any:
     """A structlog logger; `name` shows as "logger" in each line."""
     log = structlog.get_logger()
     return log.bind(logger=name) if name else log
+
+
+# ---- benign third-party output: in the log file, off `trinity run`'s console ----------------------
+
+THIRD_PARTY_EVENT = "third_party_output"
+THIRD_PARTY_WHY_EVENT = "third_party_output_is_benign"
+QUIET_EVENTS = frozenset({THIRD_PARTY_EVENT, THIRD_PARTY_WHY_EVENT})
+"""Events recording third-party output known to be benign: the service's log file keeps them,
+`trinity run` keeps them off its console (services/cli/progress.py; `--verbose` shows them)."""
+
+QUIET_WARNING_CATEGORIES: tuple[type[Warning], ...] = (
+    DeprecationWarning,
+    PendingDeprecationWarning,
+    FutureWarning,
+    UserWarning,
+)
+WARNINGS_WHY = (
+    "deprecation and user warnings raised inside third-party libraries (e.g. transformers announcing an "
+    "API change for a later version) change nothing this run computes; they are kept in this log, off "
+    "trinity run's console. Other warnings, warnings from this project's code and every error still "
+    "reach the console"
+)
+_SERVICES_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_explained: set[str] = set()
+_explained_lock = threading.Lock()
+_showwarning = warnings.showwarning
+
+
+def log_benign(kind: str, why: str, **fields: Any) -> None:
+    """Record one benign third-party message of `kind` in this process's log (event
+    third_party_output); the first of each kind in a process is preceded by one line saying why
+    such messages are benign (event third_party_output_is_benign)."""
+    if not structlog.is_configured():  # e.g. an engine-core process vLLM spawned: JSON lines all the same
+        _configure_structlog(logging.INFO)
+    log = get_logger("third_party")
+    with _explained_lock:
+        first = kind not in _explained
+        _explained.add(kind)
+    if first:
+        log.info(THIRD_PARTY_WHY_EVENT, kind=kind, why=why)
+    log.info(THIRD_PARTY_EVENT, kind=kind, **fields)
+
+
+def third_party_file(filename: str) -> bool:
+    """A file of an installed library (site-packages / dist-packages), not of this project."""
+    path = os.path.abspath(filename)
+    parts = path.split(os.sep)
+    return ("site-packages" in parts or "dist-packages" in parts) and not path.startswith(_SERVICES_DIR)
+
+
+def _quiet_showwarning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    if file is None and issubclass(category, QUIET_WARNING_CATEGORIES) and third_party_file(filename):
+        log_benign(
+            "warning",
+            WARNINGS_WHY,
+            category=category.__name__,
+            message=str(message),
+            location=f"{filename}:{lineno}",
+        )
+        return
+    _showwarning(message, category, filename, lineno, file, line)
+
+
+def quiet_third_party_warnings() -> None:
+    """Send the Python warnings of QUIET_WARNING_CATEGORIES that third-party files raise to this
+    process's log as third_party_output events (not as stderr text, which `trinity run` would show);
+    any other warning is shown as before. Idempotent; configure_logging calls it."""
+    global _showwarning
+    if warnings.showwarning is not _quiet_showwarning:
+        _showwarning = warnings.showwarning
+        warnings.showwarning = _quiet_showwarning

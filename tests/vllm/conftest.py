@@ -19,8 +19,9 @@ SMOLLM2 = pathlib.Path(
 )
 
 
-def build_tiny_llama(path: pathlib.Path, *, seed: int = 0) -> torch.nn.Module:
-    """A 2-layer Llama over the builtin character tokenizer (head_dim 64: vLLM's CPU attention needs it)."""
+def build_tiny_llama(path: pathlib.Path, *, seed: int = 0, tied: bool = False) -> torch.nn.Module:
+    """A 2-layer Llama over the builtin character tokenizer (head_dim 64: vLLM's CPU attention needs it);
+    `tied`: lm_head shares the embedding's weight, as in SmolLM2."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tok = builtin_tokenizer()
@@ -35,7 +36,7 @@ def build_tiny_llama(path: pathlib.Path, *, seed: int = 0) -> torch.nn.Module:
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()

@@ -9,6 +9,7 @@ ids come from the attention mask so padding does not shift positions.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -81,6 +82,10 @@ class TransformersEngine(InferenceEngine):
         self._eos = torch.tensor(self.eos_token_ids, device=self.device)
         self.context_limit = context_length(model)
         """Positions the model has; generation stops there ("length") instead of indexing past them."""
+        # the KV cache's argument: transformers renamed `past_key_values` to `cache` (the old name warns on every
+        # run and goes in 5.40); the older transformers of .venv-vllm (vLLM's CPU build) has only the old one
+        forward = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
 
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams
@@ -121,10 +126,10 @@ class TransformersEngine(InferenceEngine):
                 input_ids=step_ids,
                 attention_mask=attention,
                 position_ids=step_pos,
-                past_key_values=past,
                 use_cache=True,
+                **{self._cache_arg: past},
             )
-            past = out.past_key_values
+            past = getattr(out, self._cache_arg)
             banned = self._eos if t < params.min_tokens else None
             new, new_lp = sample_tokens(out.logits[:, -1, :], params, self.generator, banned)
             new = torch.where(finished, torch.full_like(new, self.pad_token_id), new)

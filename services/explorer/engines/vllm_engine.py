@@ -137,6 +137,9 @@ class VLLMEngine(InferenceEngine):
         self.broken: str | None = None  # why the weights are unusable (a half-applied update)
         self.llm = self._start(on_gpu)
         self.llm.collective_rpc("trinity_tempered_logprobs")
+        # vLLM's "<Module>: Failed to load weights" on each push, for modules without weights of their own
+        # (a tied lm_head, RotaryEmbedding): to the log, not the console (vllm_worker.py)
+        self.quiet_reload_classes = self.llm.collective_rpc("trinity_quiet_reload_warnings")[0]
 
     def _start(self, on_gpu: bool) -> Any:
         s = self.settings
