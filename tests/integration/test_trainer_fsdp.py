@@ -73,7 +73,7 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
             "name": "fsdp-it",
             "algorithm": {"algorithm_type": "grpo", "optimizer": {"lr": 1e-3}},
             "synchronizer": {"sync_method": "checkpoint", "sync_interval": 2},
-            "buffer": {"batch_size": 3},
+            "buffer": {"batch_size": 3, "train_batch_size": 3},  # the 3 rows of ROWS a step
             "trainer": {
                 "total_steps": STEPS,
                 "save_interval": 100,
