@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from services.common.config.base import Section
 from services.common.config.presets import algorithm_types, apply_preset
+from services.common.config.rollout_correction import RolloutCorrectionConfig
 
 
 class OptimizerConfig(Section):
@@ -117,12 +118,38 @@ class AlgorithmConfig(Section):
     """Train a value model (PPO with GAE); None lets the preset decide (true for ppo only)."""
     value_loss_fn_args: dict[str, Any] | None = None
     """Critic loss when use_critic: cliprange_value (0.5, veRL's default) and value_loss_coef (1.0)."""
+    bypass_old_logprobs: bool = True
+    """Trinity v0.6's switch of the behaviour policy. true (Trinity's default): old_logprob is the
+    rollout engine's logprobs as recorded with each experience, and the trainer runs no extra forward
+    (two policies: rollout, current); rows that arrived without logprobs (external agents) are still
+    recomputed. false: before each update the trainer recomputes old_logprob of every row with the
+    weights it holds (three policies: rollout, old, current), and rollout_correction, when set,
+    corrects for the gap between old and rollout. Unset: rollout_correction.bypass_mode if given."""
+    rollout_correction: RolloutCorrectionConfig | None = None
+    """Off-policy correction between the engine's and the trainer's logprobs (Trinity v0.6, veRL's
+    schema): importance weights and rejection sampling, metrics `rollout_corr/*` each step. null: none."""
 
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data: Any) -> Any:
         default_type = cls.model_fields["algorithm_type"].default
-        return apply_preset(data, default_type) if isinstance(data, dict) else data
+        return _fill_bypass(apply_preset(data, default_type)) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _off_policy_settings_agree(self) -> AlgorithmConfig:
+        correction = self.rollout_correction
+        if correction is not None:
+            if correction.bypass_mode is not None and correction.bypass_mode != self.bypass_old_logprobs:
+                raise ValueError(
+                    f"algorithm.rollout_correction.bypass_mode ({correction.bypass_mode}) and "
+                    f"algorithm.bypass_old_logprobs ({self.bypass_old_logprobs}) are one setting; give one"
+                )
+            if correction.loss_type == "reinforce" and not self.bypass_old_logprobs:
+                raise ValueError(
+                    "algorithm.rollout_correction.loss_type reinforce applies in bypass mode only "
+                    "(bypass_old_logprobs true); with recomputed old logprobs use ppo_clip"
+                )
+        return self
 
     def part(self, key: str) -> str:
         """The name of part `key` (advantage_fn, policy_loss_fn, kl_penalty_fn, kl_loss_fn,
@@ -132,9 +159,27 @@ class AlgorithmConfig(Section):
             raise ValueError(f"algorithm.{key} is not resolved (build the config by validation)")
         return value
 
+    @property
+    def recompute_old_logprob(self) -> bool:
+        """The trainer recomputes old_logprob for every row before the update (bypass off)."""
+        return not self.bypass_old_logprobs
+
     @field_validator("algorithm_type")
     @classmethod
     def _known_type(cls, value: str) -> str:
         if value not in algorithm_types():
             raise ValueError(f"unknown algorithm_type {value!r}; allowed: {', '.join(algorithm_types())}")
         return value
+
+
+def _fill_bypass(raw: dict[str, Any]) -> dict[str, Any]:
+    """bypass_old_logprobs left unset takes rollout_correction.bypass_mode (veRL's spelling) when that
+    is given, so both agree in every process; a disagreement of two given values is refused later."""
+    correction = raw.get("rollout_correction")
+    if isinstance(correction, dict):
+        mode = correction.get("bypass_mode")
+    else:  # None, or an already-built RolloutCorrectionConfig
+        mode = getattr(correction, "bypass_mode", None)
+    if raw.get("bypass_old_logprobs") is None and mode is not None:
+        return {**raw, "bypass_old_logprobs": mode}
+    return raw
