@@ -7,7 +7,8 @@ One step = one batch of train_batch_size experiences. Per step: behaviour logpro
 for rows that arrived without them (external agents), or for every row when
 algorithm.bypass_old_logprobs is false (the engine's are kept for the rollout correction), the
 reference model and the critic run once without gradients, the algorithm computes advantages (and a
-rollout correction) once, then `ppo_epochs` passes each split into
+rollout correction) once, then `ppo_epochs` passes (each after the algorithm's batch-wide prepass,
+if it has one: M2PO's mask) each split into
 length-bucketed micro-batches whose gradients accumulate (each micro-batch loss is scaled by its
 share of the rows, the algorithm API's contract) before one clipped optimizer step.
 
@@ -70,6 +71,14 @@ class TrainEngine:
             )
         if algorithm.use_critic and self.critic is None:
             raise InvalidArgument(f"algorithm {algorithm.name} needs a critic", field="algorithm.use_critic")
+        noisy = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p > 0]
+        if algorithm.needs_update_prepass and noisy:
+            # the prepass (one forward) and the update (another) must see the same policy
+            raise InvalidArgument(
+                f"algorithm {algorithm.name}'s batch-wide prepass needs a deterministic model; "
+                f"dropout is active in {', '.join(noisy[:3])}",
+                field="model.model_path",
+            )
         if settings.gradient_checkpointing:
             # transformers 5 renamed it (the old name warns); older versions only have the old one.
             hf: Any = model
@@ -240,6 +249,11 @@ class TrainEngine:
         for _epoch in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0}
+            if self.algorithm.needs_update_prepass:  # e.g. M2PO's batch-wide mask, current weights
+                t0 = time.perf_counter()
+                prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
+                metrics.update({f"actor/{k}": v for k, v in prepass.items()})
+                metrics["time/prepass"] = time.perf_counter() - t0
             chunks = self._chunks(batch, active)
             if self.dist is not None:
                 mine = deal_micro_batches(chunks, self.dist.rank, world)

@@ -52,7 +52,7 @@ class OptimizerConfig(Section):
 class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
-    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd (presets in
+    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po (presets in
     services/common/config/presets.yaml, applied when the config is loaded).
     multi_step_grpo's advantages are computed by the explorer (one experience per model call, run and
     step ids); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
@@ -82,7 +82,7 @@ class AlgorithmConfig(Section):
     clipv (epsilon 1e-6, mu 8.5, max_frac 1e-4)."""
     policy_loss_fn: str | None = None
     """ppo, gspo, cispo, opmd, sft, dpo, mix, mix_chord, sft_is, sft_phi, topr, sppo, rec,
-    importance_sampling, sapo."""
+    importance_sampling, sapo, m2po."""
     policy_loss_fn_args: dict[str, Any] | None = None
     """Arguments of the policy loss, Trinity v0.5.2's names: ppo (clip_range 0.2, clip_range_low/high,
     clip_ratio_c 3.0, loss_agg_mode, enable_sequence_masking false, delta_sequence_masking 0.1,
@@ -94,7 +94,8 @@ class AlgorithmConfig(Section):
     (epsilon 0.3); rec (epsilon_low/high 0.2, epsilon_low_prime 0.6, epsilon_high_prime 2.0, clip_mode
     none|one-side|gspo-one-side|two-side|ring, weight none|importance_sampling|gspo_importance_sampling|
     advantage, temp 1.0, regularizer none|k2|forward-kl, regularizer_coef 0.0); importance_sampling
-    (loss_agg_mode); sapo (tau_pos 1.0, tau_neg 1.05, loss_agg_mode)."""
+    (loss_agg_mode); sapo (tau_pos 1.0, tau_neg 1.05, loss_agg_mode); m2po (m2_threshold 0.04,
+    log_ratio_clip 20.0, loss_agg_mode token-mean only)."""
     kl_penalty_fn: str | None = None
     """KL applied as a reward penalty: none, k1, k2, k3, low_var_kl, abs, corrected_k3 (= k3 here)."""
     kl_penalty_fn_args: dict[str, Any] | None = None
@@ -149,6 +150,15 @@ class AlgorithmConfig(Section):
                     "algorithm.rollout_correction.loss_type reinforce applies in bypass mode only "
                     "(bypass_old_logprobs true); with recomputed old logprobs use ppo_clip"
                 )
+        if self.algorithm_type == "m2po" and self.policy_loss_fn != "m2po":
+            raise ValueError(
+                f"algorithm_type m2po requires policy_loss_fn 'm2po', got {self.policy_loss_fn!r}"
+            )
+        if self.policy_loss_fn == "m2po" and not self.bypass_old_logprobs:
+            raise ValueError(
+                "policy_loss_fn m2po requires algorithm.bypass_old_logprobs true, so the importance "
+                "ratio is measured against the rollout (behaviour) policy (Trinity's check)"
+            )
         return self
 
     def part(self, key: str) -> str:

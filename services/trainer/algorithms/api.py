@@ -16,6 +16,8 @@ The loop (services/trainer/*.py) only touches what is defined here:
                                                     # drops get action_mask 0)
     corr_metrics = algo.correct_batch(batch)        # rollout correction with recomputed old logprobs
     for epoch in ppo_epochs:
+        if algo.needs_update_prepass:               # M2PO: one batch-wide mask per optimizer step
+            prepass_metrics = algo.before_update(batch, policy(...))   # no grad, every row
         for mb_idx in micro_batches:
             mb = batch.select(mb_idx)
             logprob, entropy = policy(mb)           # [b, T], grad flows through logprob
@@ -85,6 +87,8 @@ class Algorithm:
         part), so the engine may leave such rows out of the forward/backward passes.
       recompute_old_logprob: recompute old_logprob of every row before the update and keep the
         engine's in batch.rollout_logprob (bypass_old_logprobs false).
+      needs_update_prepass: call before_update with the current policy's logprobs of the whole
+        batch before each optimizer step's micro-batches.
     Metrics whose key starts with `rollout_corr/` are logged under that name; others under actor/.
     """
 
@@ -94,6 +98,7 @@ class Algorithm:
     needs_old_logprob: bool
     zero_advantage_is_inert: bool = False
     recompute_old_logprob: bool = False
+    needs_update_prepass: bool = False
     sample_strategy: SampleStrategy
 
     def compute_advantages(self, batch: TrainBatch) -> dict[str, float]:
@@ -103,6 +108,10 @@ class Algorithm:
     def correct_batch(self, batch: TrainBatch) -> dict[str, float]:
         """After compute_advantages: the rollout correction that is computed once per batch (old
         logprobs recomputed): may narrow batch.action_mask and weight batch.advantages. Metrics back."""
+        return {}
+
+    def before_update(self, batch: TrainBatch, logprob: Tensor) -> dict[str, float]:
+        """Before an optimizer step's micro-batches: `logprob` [B, T] of the current policy, no grad."""
         return {}
 
     def compute_loss(

@@ -142,7 +142,11 @@ class CompositeAlgorithm(Algorithm):
         self._setup_off_policy(cfg)
 
     def _setup_off_policy(self, cfg: AlgorithmConfig) -> None:
-        """bypass_old_logprobs and rollout_correction."""
+        """bypass_old_logprobs, rollout_correction and the policy loss's own hooks (M2PO's prepass)."""
+        check = getattr(self.policy_loss_fn, "check", None)
+        if check is not None:
+            check(self.policy_args)
+        self.needs_update_prepass = hasattr(self.policy_loss_fn, "prepass")
         self.recompute_old_logprob = cfg.recompute_old_logprob and self.needs_old_logprob
         self.bypass = cfg.bypass_old_logprobs
         rc = cfg.rollout_correction
@@ -218,6 +222,11 @@ class CompositeAlgorithm(Algorithm):
         if weights is not None:
             batch.advantages = batch.require("advantages") * weights
         return metrics
+
+    def before_update(self, batch: TrainBatch, logprob: Tensor) -> dict[str, float]:
+        if not self.needs_update_prepass:
+            return {}
+        return dict(self.policy_loss_fn.prepass(batch, logprob, self.policy_args))
 
     # ---- per micro-batch -------------------------------------------------------------------------
     def compute_loss(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from services.common.config import validate_config
+from services.common.errors import InvalidArgument
 from services.trainer.algorithms import build_algorithm
 from services.trainer.batching import Batch, build_batch
 from services.trainer.engine import TrainEngine
@@ -80,3 +81,23 @@ def test_bypass_correction_on_policy_data_has_weights_of_one() -> None:
     assert metrics["rollout_corr/rollout_is_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["rollout_corr/rollout_rs_masked_fraction"] == 0.0
     assert abs(metrics["rollout_corr/kl"]) < 1e-5 and math.isfinite(metrics["actor/pg_loss"])
+
+
+def test_m2po_builds_its_mask_once_per_step_over_the_whole_batch() -> None:
+    eng = engine(algorithm_type="m2po")
+    data = batch()
+    data.train.old_logprob = eng.logprobs_of(eng.model, data) * data.train.action_mask  # on-policy
+    metrics = eng.train_step(data)
+    # on-policy: log r = 0 everywhere, nothing in the trust region, nothing masked, ratio 1
+    assert metrics["actor/m2po/m2_before"] == 0.0 and metrics["actor/m2po/masked_fraction"] == 0.0
+    assert metrics["actor/ratio/mean"] == pytest.approx(1.0, abs=1e-5) and "time/prepass" in metrics
+
+
+def test_m2po_refuses_a_model_with_dropout() -> None:
+    model = tiny_model()
+    model.transformer.drop.p = 0.1  # type: ignore[union-attr]
+    algorithm = build_algorithm(validate_config({"algorithm": {"algorithm_type": "m2po"}}).algorithm)
+    with pytest.raises(
+        InvalidArgument, match="needs a deterministic model; dropout is active in transformer.drop"
+    ):
+        TrainEngine(model, algorithm, EngineSettings())

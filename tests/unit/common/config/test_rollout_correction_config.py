@@ -1,15 +1,21 @@
 """`algorithm.bypass_old_logprobs` and `algorithm.rollout_correction` (Trinity v0.6, veRL's schema):
-defaults, threshold parsing, and the one bypass switch under its three spellings."""
+defaults, threshold parsing, the one bypass switch under its three spellings, M2PO's rules, and
+Trinity's two M2PO example configs through `trinity config check`."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from services.cli.config_check import check_file
 from services.common.config import validate_config
 from services.common.config.rollout_correction import Bounds, parse_is_threshold, parse_rs_thresholds
 from services.common.errors import ConfigError
+from tests.conftest import REPO
+
+M2PO_EXAMPLES = REPO / "tests" / "data" / "trinity-v0.6-examples" / "m2po_gsm8k"
 
 
 def algorithm(**section: Any) -> Any:
@@ -98,3 +104,29 @@ def test_reinforce_is_a_bypass_mode_loss() -> None:
         algorithm(bypass_old_logprobs=False, rollout_correction={"loss_type": "reinforce"})
     with pytest.raises(ConfigError, match="loss_type"):
         algorithm(rollout_correction={"loss_type": "vanilla"})
+
+
+def test_m2po_preset_and_rules() -> None:
+    cfg = algorithm(algorithm_type="m2po")
+    # Trinity v0.6's M2POAlgorithm.default_config
+    assert cfg.repeat_times == 8 and cfg.advantage_fn == "grpo" and cfg.policy_loss_fn == "m2po"
+    assert (cfg.kl_penalty_fn, cfg.kl_loss_fn, cfg.entropy_loss_fn) == ("none", "none", "none")
+    assert cfg.sample_strategy == "default" and cfg.bypass_old_logprobs is True
+    with pytest.raises(ConfigError, match="requires algorithm.bypass_old_logprobs true"):
+        algorithm(algorithm_type="m2po", bypass_old_logprobs=False)
+    with pytest.raises(ConfigError, match="requires algorithm.bypass_old_logprobs true"):
+        algorithm(algorithm_type="grpo", policy_loss_fn="m2po", rollout_correction={"bypass_mode": False})
+    with pytest.raises(ConfigError, match="algorithm_type m2po requires policy_loss_fn 'm2po'"):
+        algorithm(algorithm_type="m2po", policy_loss_fn="ppo")
+
+
+@pytest.mark.parametrize("name", ["explorer.yaml", "trainer.yaml"])
+def test_trinitys_m2po_examples_pass_config_check_but_for_data(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for var in ("TRINITY_CHECKPOINT_ROOT_DIR", "TRINITY_MODEL_PATH", "TRINITY_TASKSET_PATH"):
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    cfg, report = check_file(str(M2PO_EXAMPLES / name), [])
+    assert cfg is not None and cfg.algorithm.policy_loss_fn == "m2po"
+    assert cfg.algorithm.policy_loss_fn_args == {"m2_threshold": 0.04, "log_ratio_clip": 20.0}
+    assert all("does not exist" in p for p in report.problems), report.problems
