@@ -37,6 +37,9 @@ class TrainBatch:
     step_index: Tensor | None = None  # [B] long, position of the row's model call within its run
     teacher_logprob: Tensor | None = None  # [B, T] teacher logprobs (on-policy distillation)
     entropy: Tensor | None = None  # [B, T] current model's entropy before the update (clipb)
+    rollout_logprob: Tensor | None = None  # [B, T] the engine's logprobs, kept when the trainer
+    #   recomputed old_logprob (bypass_old_logprobs false); the rollout correction's denominator
+    m2po_mask: Tensor | None = None  # [B, T] M2PO's batch-wide token mask (set before each update)
 
     @property
     def batch_size(self) -> int:

@@ -4,8 +4,11 @@ gRPC-free and I/O-free: `TrainEngine.train_step(batch)` takes a `batching.Batch`
 metrics. The service (service.py) decides where batches come from and when to ack, publish, save.
 
 One step = one batch of train_batch_size experiences. Per step: behaviour logprobs are recomputed
-for rows that arrived without them (external agents), the reference model and the critic run once
-without gradients, the algorithm computes advantages once, then `ppo_epochs` passes each split into
+for rows that arrived without them (external agents), or for every row when
+algorithm.bypass_old_logprobs is false (the engine's are kept for the rollout correction), the
+reference model and the critic run once without gradients, the algorithm computes advantages (and a
+rollout correction) once, then `ppo_epochs` passes (each after the algorithm's batch-wide prepass,
+if it has one: M2PO's mask) each split into
 length-bucketed micro-batches whose gradients accumulate (each micro-batch loss is scaled by its
 share of the rows, the algorithm API's contract) before one clipped optimizer step.
 
@@ -30,6 +33,8 @@ from services.trainer.distributed import DistContext, all_reduce_sums, deal_micr
 from services.trainer.lora import is_lora, merged_state_dict
 from services.trainer.modeling import ValueModel, accepts_logits_to_keep, batch_metrics, token_logprobs
 from services.trainer.settings import EngineSettings, lr_factor
+
+TOP_LEVEL = ("rollout_corr/",)  # loss metrics logged under their own name, not actor/ (veRL's)
 
 
 class StepAbandoned(Exception):
@@ -66,6 +71,14 @@ class TrainEngine:
             )
         if algorithm.use_critic and self.critic is None:
             raise InvalidArgument(f"algorithm {algorithm.name} needs a critic", field="algorithm.use_critic")
+        noisy = [n for n, m in model.named_modules() if isinstance(m, nn.Dropout) and m.p > 0]
+        if algorithm.needs_update_prepass and noisy:
+            # the prepass (one forward) and the update (another) must see the same policy
+            raise InvalidArgument(
+                f"algorithm {algorithm.name}'s batch-wide prepass needs a deterministic model; "
+                f"dropout is active in {', '.join(noisy[:3])}",
+                field="model.model_path",
+            )
         if settings.gradient_checkpointing:
             # transformers 5 renamed it (the old name warns); older versions only have the old one.
             hf: Any = model
@@ -179,10 +192,17 @@ class TrainEngine:
         start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
-        if self.algorithm.needs_old_logprob and bool(batch.needs_logprob.any()):
-            recomputed = self.logprobs_of(self.model, batch)
-            rows = batch.needs_logprob
-            train.old_logprob[rows] = recomputed[rows] * train.action_mask[rows]
+        recompute_all = self.algorithm.recompute_old_logprob  # bypass_old_logprobs false
+        if self.algorithm.needs_old_logprob and (recompute_all or bool(batch.needs_logprob.any())):
+            recomputed = self.logprobs_of(self.model, batch) * train.action_mask
+            if recompute_all:  # the engine's logprobs stay, as the rollout policy (rows without: ratio 1)
+                train.rollout_logprob = torch.where(
+                    batch.needs_logprob.unsqueeze(-1), recomputed, train.old_logprob
+                )
+                train.old_logprob = recomputed
+            else:
+                rows = batch.needs_logprob
+                train.old_logprob[rows] = recomputed[rows]
             timings["time/recompute_logprob"] = time.perf_counter() - start
         if getattr(self.algorithm, "needs_entropy", False):
             t0 = time.perf_counter()
@@ -201,7 +221,8 @@ class TrainEngine:
         t0 = time.perf_counter()
         adv_metrics = self.algorithm.compute_advantages(train)  # keeps producer-given advantages
         timings["time/advantage"] = time.perf_counter() - t0
-        return {**adv_metrics, **timings}
+        correction = self.algorithm.correct_batch(train)  # after the advantages, as veRL's trainer
+        return {**adv_metrics, **correction, **timings}
 
     def _check_abandon(self) -> None:
         # FSDP ranks must run the same collectives, so a distributed step always finishes.
@@ -228,6 +249,11 @@ class TrainEngine:
         for _epoch in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0}
+            if self.algorithm.needs_update_prepass:  # e.g. M2PO's batch-wide mask, current weights
+                t0 = time.perf_counter()
+                prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
+                metrics.update({f"actor/{k}": v for k, v in prepass.items()})
+                metrics["time/prepass"] = time.perf_counter() - t0
             chunks = self._chunks(batch, active)
             if self.dist is not None:
                 mine = deal_micro_batches(chunks, self.dist.rank, world)
@@ -260,7 +286,7 @@ class TrainEngine:
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         self.scheduler.step()
         self.step += 1
-        metrics.update({f"actor/{k}": v for k, v in sums.items()})
+        metrics.update({k if k.startswith(TOP_LEVEL) else f"actor/{k}": v for k, v in sums.items()})
         metrics["actor/grad_norm"] = grad_norm
         metrics["time/update"] = time.perf_counter() - t_update
         metrics["time/step"] = time.perf_counter() - start

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from services.common.config.base import Section
 from services.common.config.presets import algorithm_types, apply_preset
+from services.common.config.rollout_correction import RolloutCorrectionConfig
 
 
 class OptimizerConfig(Section):
@@ -51,7 +52,7 @@ class OptimizerConfig(Section):
 class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
-    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd (presets in
+    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po (presets in
     services/common/config/presets.yaml, applied when the config is loaded).
     multi_step_grpo's advantages are computed by the explorer (one experience per model call, run and
     step ids); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
@@ -81,7 +82,7 @@ class AlgorithmConfig(Section):
     clipv (epsilon 1e-6, mu 8.5, max_frac 1e-4)."""
     policy_loss_fn: str | None = None
     """ppo, gspo, cispo, opmd, sft, dpo, mix, mix_chord, sft_is, sft_phi, topr, sppo, rec,
-    importance_sampling, sapo."""
+    importance_sampling, sapo, m2po."""
     policy_loss_fn_args: dict[str, Any] | None = None
     """Arguments of the policy loss, Trinity v0.5.2's names: ppo (clip_range 0.2, clip_range_low/high,
     clip_ratio_c 3.0, loss_agg_mode, enable_sequence_masking false, delta_sequence_masking 0.1,
@@ -93,7 +94,8 @@ class AlgorithmConfig(Section):
     (epsilon 0.3); rec (epsilon_low/high 0.2, epsilon_low_prime 0.6, epsilon_high_prime 2.0, clip_mode
     none|one-side|gspo-one-side|two-side|ring, weight none|importance_sampling|gspo_importance_sampling|
     advantage, temp 1.0, regularizer none|k2|forward-kl, regularizer_coef 0.0); importance_sampling
-    (loss_agg_mode); sapo (tau_pos 1.0, tau_neg 1.05, loss_agg_mode)."""
+    (loss_agg_mode); sapo (tau_pos 1.0, tau_neg 1.05, loss_agg_mode); m2po (m2_threshold 0.04,
+    log_ratio_clip 20.0, loss_agg_mode token-mean only)."""
     kl_penalty_fn: str | None = None
     """KL applied as a reward penalty: none, k1, k2, k3, low_var_kl, abs, corrected_k3 (= k3 here)."""
     kl_penalty_fn_args: dict[str, Any] | None = None
@@ -117,12 +119,47 @@ class AlgorithmConfig(Section):
     """Train a value model (PPO with GAE); None lets the preset decide (true for ppo only)."""
     value_loss_fn_args: dict[str, Any] | None = None
     """Critic loss when use_critic: cliprange_value (0.5, veRL's default) and value_loss_coef (1.0)."""
+    bypass_old_logprobs: bool = True
+    """Trinity v0.6's switch of the behaviour policy. true (Trinity's default): old_logprob is the
+    rollout engine's logprobs as recorded with each experience, and the trainer runs no extra forward
+    (two policies: rollout, current); rows that arrived without logprobs (external agents) are still
+    recomputed. false: before each update the trainer recomputes old_logprob of every row with the
+    weights it holds (three policies: rollout, old, current), and rollout_correction, when set,
+    corrects for the gap between old and rollout. Unset: rollout_correction.bypass_mode if given."""
+    rollout_correction: RolloutCorrectionConfig | None = None
+    """Off-policy correction between the engine's and the trainer's logprobs (Trinity v0.6, veRL's
+    schema): importance weights and rejection sampling, metrics `rollout_corr/*` each step. null: none."""
 
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data: Any) -> Any:
         default_type = cls.model_fields["algorithm_type"].default
-        return apply_preset(data, default_type) if isinstance(data, dict) else data
+        return _fill_bypass(apply_preset(data, default_type)) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _off_policy_settings_agree(self) -> AlgorithmConfig:
+        correction = self.rollout_correction
+        if correction is not None:
+            if correction.bypass_mode is not None and correction.bypass_mode != self.bypass_old_logprobs:
+                raise ValueError(
+                    f"algorithm.rollout_correction.bypass_mode ({correction.bypass_mode}) and "
+                    f"algorithm.bypass_old_logprobs ({self.bypass_old_logprobs}) are one setting; give one"
+                )
+            if correction.loss_type == "reinforce" and not self.bypass_old_logprobs:
+                raise ValueError(
+                    "algorithm.rollout_correction.loss_type reinforce applies in bypass mode only "
+                    "(bypass_old_logprobs true); with recomputed old logprobs use ppo_clip"
+                )
+        if self.algorithm_type == "m2po" and self.policy_loss_fn != "m2po":
+            raise ValueError(
+                f"algorithm_type m2po requires policy_loss_fn 'm2po', got {self.policy_loss_fn!r}"
+            )
+        if self.policy_loss_fn == "m2po" and not self.bypass_old_logprobs:
+            raise ValueError(
+                "policy_loss_fn m2po requires algorithm.bypass_old_logprobs true, so the importance "
+                "ratio is measured against the rollout (behaviour) policy (Trinity's check)"
+            )
+        return self
 
     def part(self, key: str) -> str:
         """The name of part `key` (advantage_fn, policy_loss_fn, kl_penalty_fn, kl_loss_fn,
@@ -132,9 +169,27 @@ class AlgorithmConfig(Section):
             raise ValueError(f"algorithm.{key} is not resolved (build the config by validation)")
         return value
 
+    @property
+    def recompute_old_logprob(self) -> bool:
+        """The trainer recomputes old_logprob for every row before the update (bypass off)."""
+        return not self.bypass_old_logprobs
+
     @field_validator("algorithm_type")
     @classmethod
     def _known_type(cls, value: str) -> str:
         if value not in algorithm_types():
             raise ValueError(f"unknown algorithm_type {value!r}; allowed: {', '.join(algorithm_types())}")
         return value
+
+
+def _fill_bypass(raw: dict[str, Any]) -> dict[str, Any]:
+    """bypass_old_logprobs left unset takes rollout_correction.bypass_mode (veRL's spelling) when that
+    is given, so both agree in every process; a disagreement of two given values is refused later."""
+    correction = raw.get("rollout_correction")
+    if isinstance(correction, dict):
+        mode = correction.get("bypass_mode")
+    else:  # None, or an already-built RolloutCorrectionConfig
+        mode = getattr(correction, "bypass_mode", None)
+    if raw.get("bypass_old_logprobs") is None and mode is not None:
+        return {**raw, "bypass_old_logprobs": mode}
+    return raw

@@ -128,6 +128,36 @@ class TrinityConfig(Section):
             )
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bypass_from_verl(cls, data: Any) -> Any:
+        """trainer.trainer_config's algorithm.rollout_correction.bypass_mode (where Trinity v0.5.2's veRL
+        read it) fills algorithm.bypass_old_logprobs when the algorithm section gives no bypass."""
+        if not isinstance(data, dict) or not isinstance(data.get("trainer"), dict):
+            return data
+        tree: Any = data["trainer"].get("trainer_config")
+        for key in ("algorithm", "rollout_correction", "bypass_mode"):
+            tree = tree.get(key) if isinstance(tree, dict) else None
+        algorithm = data.get("algorithm") or {}
+        if tree is None or not isinstance(algorithm, dict):
+            return data
+        correction = algorithm.get("rollout_correction")
+        own = isinstance(correction, dict) and correction.get("bypass_mode") is not None
+        if algorithm.get("bypass_old_logprobs") is None and not own:
+            return {**data, "algorithm": {**algorithm, "bypass_old_logprobs": tree}}
+        return data
+
+    @model_validator(mode="after")
+    def _verl_bypass_agrees(self) -> TrinityConfig:
+        verl = mapped_settings(self.trainer.trainer_config).get("algorithm.bypass_old_logprobs")
+        if verl is not None and verl != self.algorithm.bypass_old_logprobs:
+            raise ValueError(
+                f"trainer.trainer_config.algorithm.rollout_correction.bypass_mode ({verl}) and "
+                f"algorithm.bypass_old_logprobs ({self.algorithm.bypass_old_logprobs}) are one setting; "
+                "give one (algorithm.bypass_old_logprobs is Trinity v0.6's key)"
+            )
+        return self
+
     @model_validator(mode="after")
     def _verl_cliprange_agrees(self) -> TrinityConfig:
         verl = mapped_settings(self.trainer.trainer_config).get(

@@ -66,6 +66,18 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "Trinity's rollout preview in its web UI: no UI here; true gets a one-line notice at start-up",
     ),
     # algorithm
+    "algorithm.bypass_old_logprobs": KeyMeaning(
+        "mapped",
+        "Trinity v0.6 (default true): the engine's logprobs are the behaviour policy; false: the trainer "
+        "recomputes old logprobs before each update (veRL's decoupled mode). Trinity v0.5.2 spelled it "
+        "trainer.trainer_config.algorithm.rollout_correction.bypass_mode (accepted there too)",
+    ),
+    "algorithm.rollout_correction": KeyMeaning(
+        "mapped",
+        "Trinity v0.6: veRL's RolloutCorrectionConfig as a typed section (rollout_is, rollout_is_threshold, "
+        "rollout_is_batch_normalize, rollout_rs, rollout_rs_threshold, bypass_mode, loss_type); applied "
+        "by the trainer, metrics rollout_corr/* per step",
+    ),
     "algorithm.optimizer.lr_scheduler_type": KeyMeaning(
         "mapped", "constant or cosine: the same setting as algorithm.optimizer.warmup_style (give one)"
     ),

@@ -81,11 +81,12 @@ RULES: tuple[VerlRule, ...] = (
         "CPU offload is not implemented: use trainer.gradient_checkpointing or a smaller max_token_len_per_gpu",
         (False,),
     ),
+    # Trinity v0.5.2's place of v0.6's algorithm.bypass_old_logprobs (veRL's trainer read it there)
+    VerlRule("algorithm.rollout_correction.bypass_mode", "same", "algorithm.bypass_old_logprobs"),
     VerlRule(
-        "algorithm.rollout_correction.bypass_mode",
+        "algorithm.rollout_correction.*",
         "rejected",
-        "rollout correction is not implemented",
-        (False,),
+        "set it under algorithm.rollout_correction (Trinity v0.6's place of veRL's rollout correction)",
     ),
     VerlRule("critic.optim.lr", "same", "trainer.critic_lr"),
     VerlRule(

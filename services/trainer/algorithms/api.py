@@ -7,16 +7,22 @@ The loop (services/trainer/*.py) only touches what is defined here:
         rows += read(buffer_for(req.source), req.batch_size, min_model_version=req.min_model_version)
         # rows read for a request with req.is_expert=True get batch.is_expert = True
     batch = TrainBatch(...)                         # response-aligned, right-padded to T
+    if algo.recompute_old_logprob:                  # bypass_old_logprobs false
+        batch.rollout_logprob = batch.old_logprob; batch.old_logprob = policy(...)   # no grad
     if algo.use_reference: batch.ref_logprob = ref_model(...)     # frozen copy of the initial model
     if algo.use_critic:    batch.values = critic(...)
     adv_metrics = algo.compute_advantages(batch)    # once per batch, before the micro-batches
                                                     # (KL reward penalty; rows GRPO's std_threshold
                                                     # drops get action_mask 0)
-    for mb_idx in micro_batches:                    # ppo_epochs x micro-batches
-        mb = batch.select(mb_idx)
-        logprob, entropy = policy(mb)               # [b, T], grad flows through logprob
-        loss, metrics = algo.compute_loss(mb, logprob, entropy, values, loss_scale=len(mb_idx) / len(batch))
-        loss.backward()
+    corr_metrics = algo.correct_batch(batch)        # rollout correction with recomputed old logprobs
+    for epoch in ppo_epochs:
+        if algo.needs_update_prepass:               # M2PO: one batch-wide mask per optimizer step
+            prepass_metrics = algo.before_update(batch, policy(...))   # no grad, every row
+        for mb_idx in micro_batches:
+            mb = batch.select(mb_idx)
+            logprob, entropy = policy(mb)           # [b, T], grad flows through logprob
+            loss, metrics = algo.compute_loss(mb, logprob, entropy, values, loss_scale=len(mb_idx) / len(batch))
+            loss.backward()
 
 No torch.nn modules, no optimizer, no I/O here: every part is a pure function over tensors.
 """
@@ -79,6 +85,11 @@ class Algorithm:
       zero_advantage_is_inert: a row whose advantages are all 0 adds exactly nothing to the loss or
         its gradient (an advantage-scaled policy loss, no KL loss, entropy term, critic or SFT
         part), so the engine may leave such rows out of the forward/backward passes.
+      recompute_old_logprob: recompute old_logprob of every row before the update and keep the
+        engine's in batch.rollout_logprob (bypass_old_logprobs false).
+      needs_update_prepass: call before_update with the current policy's logprobs of the whole
+        batch before each optimizer step's micro-batches.
+    Metrics whose key starts with `rollout_corr/` are logged under that name; others under actor/.
     """
 
     name: str
@@ -86,11 +97,22 @@ class Algorithm:
     use_critic: bool
     needs_old_logprob: bool
     zero_advantage_is_inert: bool = False
+    recompute_old_logprob: bool = False
+    needs_update_prepass: bool = False
     sample_strategy: SampleStrategy
 
     def compute_advantages(self, batch: TrainBatch) -> dict[str, float]:
         """Fill batch.advantages / batch.returns (applying the KL reward penalty first). Metrics back."""
         raise NotImplementedError
+
+    def correct_batch(self, batch: TrainBatch) -> dict[str, float]:
+        """After compute_advantages: the rollout correction that is computed once per batch (old
+        logprobs recomputed): may narrow batch.action_mask and weight batch.advantages. Metrics back."""
+        return {}
+
+    def before_update(self, batch: TrainBatch, logprob: Tensor) -> dict[str, float]:
+        """Before an optimizer step's micro-batches: `logprob` [B, T] of the current policy, no grad."""
+        return {}
 
     def compute_loss(
         self,

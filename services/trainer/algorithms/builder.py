@@ -7,6 +7,7 @@ row counts of the current batch); every part stays a pure function.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from services.common.registry import check_args
 from services.trainer.algorithms import parts
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.algorithms.kl import KLTerm
+from services.trainer.algorithms.rollout_correction import RolloutCorrection, reinforce_is_loss
 from services.trainer.algorithms.value_loss import clipped_value_loss
 
 _KL_ARGS = {"kl_coef", "adaptive", "target_kl", "horizon"}
@@ -33,6 +35,9 @@ _ADVANTAGE_SCALED = (
     "gspo",
     "cispo",
 )  # losses weighting usual vs expert rows by the whole batch's counts
+# losses whose per-token term is linear in the advantage, with any clipping decided by its sign: for
+# them w_t * loss_t(A_t) = loss_t(w_t * A_t) (w >= 0), so the rollout IS weights scale the advantages
+_IS_WEIGHTED = ("ppo", "gspo", "cispo", "sapo", "importance_sampling")
 
 
 def _accepts(fn: Any, name: str) -> bool:
@@ -134,6 +139,41 @@ class CompositeAlgorithm(Algorithm):
             and not self.use_critic
         )
         self._mix_counts: tuple[int, int] | None = None
+        self._setup_off_policy(cfg)
+
+    def _setup_off_policy(self, cfg: AlgorithmConfig) -> None:
+        """bypass_old_logprobs, rollout_correction and the policy loss's own hooks (M2PO's prepass)."""
+        check = getattr(self.policy_loss_fn, "check", None)
+        if check is not None:
+            check(self.policy_args)
+        self.needs_update_prepass = hasattr(self.policy_loss_fn, "prepass")
+        self.recompute_old_logprob = cfg.recompute_old_logprob and self.needs_old_logprob
+        self.bypass = cfg.bypass_old_logprobs
+        rc = cfg.rollout_correction
+        self.correction = RolloutCorrection.from_config(rc) if rc is not None else None
+        self.reinforce = rc is not None and self.bypass and rc.loss_type == "reinforce"
+        if rc is None:
+            return
+        name = cfg.policy_loss_fn
+        if not self.needs_old_logprob:
+            raise InvalidArgument(
+                f"policy_loss_fn {name} reads no behaviour logprobs: there is nothing to correct; "
+                "remove algorithm.rollout_correction",
+                field="algorithm.rollout_correction",
+            )
+        if not self.bypass and rc.rollout_is is not None and name not in _IS_WEIGHTED:
+            raise InvalidArgument(
+                f"rollout_is weights each token's policy loss, done here by scaling its advantage: exact "
+                f"for {', '.join(_IS_WEIGHTED)}, not for policy_loss_fn {name}; set rollout_is null "
+                "(rollout_rs still applies) or bypass_old_logprobs true",
+                field="algorithm.rollout_correction.rollout_is",
+            )
+        if self.reinforce and name != "ppo":
+            raise InvalidArgument(
+                f"loss_type reinforce replaces the ppo policy loss (veRL's bypass mode), not {name}; "
+                "use loss_type ppo_clip",
+                field="algorithm.rollout_correction.loss_type",
+            )
 
     # ---- per batch -------------------------------------------------------------------------------
     def compute_advantages(self, batch: TrainBatch) -> dict[str, float]:
@@ -172,6 +212,22 @@ class CompositeAlgorithm(Algorithm):
         batch.advantages, batch.returns = advantages, returns
         return metrics
 
+    def correct_batch(self, batch: TrainBatch) -> dict[str, float]:
+        """Recomputed old logprobs vs the engine's, once per batch (veRL's decoupled mode): rejected
+        tokens leave action_mask, IS weights scale the advantages (see _IS_WEIGHTED)."""
+        if self.correction is None or self.bypass or batch.rollout_logprob is None:
+            return {}
+        weights, keep, metrics = self.correction(batch.old_logprob, batch.rollout_logprob, batch.action_mask)
+        batch.action_mask = batch.action_mask * keep
+        if weights is not None:
+            batch.advantages = batch.require("advantages") * weights
+        return metrics
+
+    def before_update(self, batch: TrainBatch, logprob: Tensor) -> dict[str, float]:
+        if not self.needs_update_prepass:
+            return {}
+        return dict(self.policy_loss_fn.prepass(batch, logprob, self.policy_args))
+
     # ---- per micro-batch -------------------------------------------------------------------------
     def compute_loss(
         self,
@@ -191,7 +247,7 @@ class CompositeAlgorithm(Algorithm):
         args = dict(self.policy_args)
         if self.config.policy_loss_fn in _MIX_LOSSES:
             args |= self._mix_weights(batch, loss_scale)
-        loss, metrics = self.policy_loss_fn(batch, logprob, **args)
+        loss, metrics, corr_metrics = self._policy_loss(batch, logprob, args)
         kl_term, kl_metrics = self.kl_loss.loss(
             logprob,
             batch.ref_logprob,
@@ -201,7 +257,7 @@ class CompositeAlgorithm(Algorithm):
         )
         ent_term, ent_metrics = self.entropy_fn(batch, entropy, **self.entropy_args)
         total = loss + kl_term - ent_term
-        metrics = {**metrics, **kl_metrics, **ent_metrics}
+        metrics = {**metrics, **kl_metrics, **ent_metrics, **corr_metrics}
         if self.use_critic:
             if values is None or batch.values is None or batch.returns is None:
                 raise InvalidArgument(
@@ -218,6 +274,25 @@ class CompositeAlgorithm(Algorithm):
             total = total + self.value_args["value_loss_coef"] * vf_loss
             metrics |= vf_metrics
         return total * loss_scale, metrics
+
+    def _policy_loss(
+        self, batch: TrainBatch, logprob: Tensor, args: dict[str, Any]
+    ) -> tuple[Tensor, dict[str, float], dict[str, float]]:
+        """The policy loss; in bypass mode with rollout_correction, veRL's per-micro-batch correction
+        against the current policy first (rejection narrows the policy loss's mask; IS weights are
+        metrics for ppo_clip, the REINFORCE weights for reinforce)."""
+        if self.correction is None or not self.bypass:
+            return (*self.policy_loss_fn(batch, logprob, **args), {})
+        weights, keep, corr_metrics = self.correction(logprob.detach(), batch.old_logprob, batch.action_mask)
+        batch = replace(batch, action_mask=batch.action_mask * keep)
+        if self.reinforce:
+            agg = args.get("loss_agg_mode", self.loss_agg_mode)
+            advantages = batch.require("advantages")
+            return (
+                *reinforce_is_loss(logprob, batch.old_logprob, batch.action_mask, advantages, weights, agg),
+                corr_metrics,
+            )
+        return (*self.policy_loss_fn(batch, logprob, **args), corr_metrics)
 
     def _mix_weights(self, batch: TrainBatch, loss_scale: float) -> dict[str, float]:
         """usual_weight = (n_usual_mb / N_usual) / loss_scale, so after * loss_scale each side is a mean over its rows."""

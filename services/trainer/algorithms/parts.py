@@ -31,6 +31,7 @@ POLICY_LOSS_FN = Registry(
         "rec": "services.trainer.algorithms.policy_loss.rec:rec",
         "importance_sampling": "services.trainer.algorithms.policy_loss.reinforce_family:importance_sampling",
         "sapo": "services.trainer.algorithms.policy_loss.sapo:sapo",
+        "m2po": "services.trainer.algorithms.policy_loss.m2po:m2po",
     },
     config_key="algorithm.policy_loss_fn",
 )

@@ -14,6 +14,11 @@ the defaults live on the tensor function only and cannot drift. Its reported sig
 the tensor function's own (Trinity's single `clip_range`, older aliases, accepted-and-unused
 batch-size args); they carry no value of their own (default None) and `prepare` turns them into
 the tensor function's args, explicitly, in the loss's module.
+
+Two optional hooks ride on the batch form: `check(args)` validates the settings when the algorithm is
+built (so `trinity config check` reports them), and `prepass(batch, logprob, args)` is run by the
+engine once per optimizer step, over the whole batch, with the current policy's logprobs, before the
+micro-batches (M2PO's batch-wide mask).
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ BATCH_TENSORS: dict[str, Callable[[TrainBatch], Tensor]] = {
     "ref_logprob": lambda batch: batch.require("ref_logprob"),
     "is_expert": lambda batch: batch.require("is_expert").to(torch.bool),
     "model_version": lambda batch: batch.model_version,
+    "m2po_mask": lambda batch: batch.require("m2po_mask"),
 }
+Prepass = Callable[[TrainBatch, Tensor, dict[str, Any]], dict[str, float]]
 
 
 def batch_loss(
@@ -47,11 +54,14 @@ def batch_loss(
     name: str,
     extra_args: Sequence[str] = (),
     prepare: Prepare | None = None,
+    prepass: Prepass | None = None,
+    check: Callable[..., None] | None = None,
 ) -> Callable[..., LossOutput]:
     """fn(batch, logprob, **args) -> tensor_fn(logprob, <batch tensors>..., **prepare(batch, args)).
 
     name: the registry name (also the function's __name__); prepare: checks the batch and maps
-    `extra_args` onto the tensor function's args (it gets a copy of args it may change).
+    `extra_args` onto the tensor function's args (it gets a copy of args it may change); prepass and
+    check: the hooks of the module docstring (check gets every setting, defaults filled in).
     """
     params = list(inspect.signature(tensor_fn).parameters.values())
     leading = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
@@ -88,4 +98,9 @@ def batch_loss(
     loss.__signature__ = signature  # type: ignore[attr-defined]
     loss.tensor_fn = tensor_fn  # type: ignore[attr-defined]
     loss.extra_args = tuple(extra_args)  # type: ignore[attr-defined]
+    if prepass is not None:
+        loss.prepass = prepass  # type: ignore[attr-defined]
+    if check is not None:
+        defaults = {p.name: p.default for p in settings}
+        loss.check = lambda args: check(**{**defaults, **args})  # type: ignore[attr-defined]
     return loss

@@ -232,7 +232,10 @@ def test_verl_trainer_config_leaves_map_or_are_rejected() -> None:
         ({"actor_rollout_ref": {"actor": {"strategy": "megatron"}}}, "Megatron is not supported"),
         ({"critic": {"megatron": {"tensor_model_parallel_size": 2}}}, "Megatron is not supported"),
         ({"actor_rollout_ref": {"actor": {"fsdp_config": {"param_offload": True}}}}, "CPU offload"),
-        ({"algorithm": {"rollout_correction": {"bypass_mode": True}}}, "rollout correction is not"),
+        (
+            {"algorithm": {"rollout_correction": {"rollout_is": "token"}}},
+            "set it under algorithm.rollout_correction",
+        ),
         ({"actor_rollout_ref": {"rollout": {"n": 8}}}, "veRL key with no meaning here"),
         ({"critic": {"cliprange_value": 0.2}}, "set algorithm.value_loss_fn_args.cliprange_value"),
     ],

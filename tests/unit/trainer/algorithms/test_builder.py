@@ -77,6 +77,8 @@ def user_advantage(batch, *, scale: float = 1.0) -> AdvantageOutput:
         ("on_policy_distill", "on_policy_distill", "ppo", "none", "none", "default", 8),
         ("jsd", "jsd", "ppo", "none", "none", "default", 8),
         ("raft", "none", "sft", "none", "none", "default", 1),
+        # Trinity v0.6's M2POAlgorithm.default_config
+        ("m2po", "grpo", "m2po", "none", "none", "default", 8),
     ],
 )
 def test_preset_fills_parts_like_trinity(algo, advantage, policy, kl_loss, entropy, strategy, repeat):
