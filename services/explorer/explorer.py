@@ -113,6 +113,7 @@ class Explorer:
         self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
         self.last_dropped: Counter[str] = Counter()  # the last step's pipeline drops, by reason
+        self.refill_read_s = 0.0  # the step's extension reads (refill), part of its read_tasks time
         self.last_eval: dict[str, float] = {}  # the latest eval scores ("eval/<taskset>/<metric>")
         self.last_eval_step = -1
 
@@ -208,16 +209,18 @@ class Explorer:
     async def refill_round(self, step: int, index: int) -> Round | None:
         """Round `index` of step `step` on the next tasks of the step's batch; None: the taskset ended."""
         assert self.taskset is not None
+        t0 = time.perf_counter()
         more = await self.buffer.read_tasks(
             self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
         )
+        self.refill_read_s += time.perf_counter() - t0
         return await self.run_round(step, more.tasks, index) if more.tasks else None
 
     async def explore_step(
         self, step: int, wire_tasks: list[WireTask], extra: dict[str, float] | None = None
     ) -> dict[str, float]:
         self.state = "exploring"
-        t0 = time.perf_counter()
+        t0, self.refill_read_s = time.perf_counter(), 0.0
         sampled = await sample_step(
             await self.run_round(step, wire_tasks, 0),
             more=lambda index: self.refill_round(step, index),
@@ -233,6 +236,7 @@ class Explorer:
         metrics.update(extra or {})
         metrics.update(
             {
+                "time/read_tasks_s": metrics.get("time/read_tasks_s", 0.0) + self.refill_read_s,
                 "rollout/model_version": float(self.model_version),
                 "rollout/written": float(len(exps)),
                 "time/write_s": time.perf_counter() - t_write,
@@ -252,6 +256,7 @@ class Explorer:
             experiences=len(exps),
             skipped=int(metrics["rollout/skipped"]),
             step_s=round(metrics["time/step_s"], 3),
+            **({"gen_batches": len(sampled.rounds)} if len(sampled.rounds) > 1 else {}),
         )
         return metrics
 
