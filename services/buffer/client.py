@@ -159,6 +159,7 @@ class BufferClient(ServiceClient):
         reader_id: str = "",
         rewind: bool = False,
         repeat_last: bool = False,
+        extend: bool = False,
     ) -> TaskBatch:
         req = bpb.ReadTasksRequest(
             taskset=taskset,
@@ -166,6 +167,7 @@ class BufferClient(ServiceClient):
             reader_id=reader_id,
             rewind=rewind,
             repeat_last=repeat_last,
+            extend=extend,
         )
         r = await self._call("ReadTasks", req, retry=False)
         return TaskBatch(

@@ -310,11 +310,12 @@ class BufferCore:
         reader_id: str = "",
         rewind: bool = False,
         repeat_last: bool = False,
+        extend: bool = False,
     ) -> TaskBatch:
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
         return await self.taskset(name).read_tasks(
-            batch_size, reader_id=reader_id, rewind=rewind, repeat_last=repeat_last
+            batch_size, reader_id=reader_id, rewind=rewind, repeat_last=repeat_last, extend=extend
         )
 
     async def report_feedback(self, name: str, feedback: builtins.list[tuple[str, float]]) -> None:

@@ -135,6 +135,7 @@ class BufferServicer(buffer_pb2_grpc.BufferServiceServicer):
             reader_id=request.reader_id,
             rewind=request.rewind,
             repeat_last=request.repeat_last,
+            extend=request.extend,
         )
         response = bpb.ReadTasksResponse(epoch=b.epoch, batch_index=b.batch_index, end_of_data=b.end_of_data)
         for task in b.tasks:

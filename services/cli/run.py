@@ -315,7 +315,12 @@ class StageRunner:
         got = st.progress_tally(self.cfg) if "trainer" in WORKERS_OF_MODE[self.cfg.mode] else Tally()
         entry["steps"], entry["tokens_trained"] = got.steps, got.tokens
         entry["updates_lost"] = got.updates_lost
-        counts: dict[str, Any] = {"written": stats.written, "trained": got.trained}
+        # Rows the explorers' pipelines dropped before writing count as written (produced) and dropped.
+        before_write = st.explorer_drops(self.cfg) if "explorer" in WORKERS_OF_MODE[self.cfg.mode] else {}
+        counts: dict[str, Any] = {
+            "written": stats.written + sum(before_write.values()),
+            "trained": got.trained,
+        }
         if experience_buffer.storage_type == "file":
             # A dataset: rows are read, not written; nothing waits in a queue.
             counts = {"written": 0, "trained": got.trained, "dataset_rows_read": stats.written}
@@ -323,7 +328,7 @@ class StageRunner:
         counts["buffered"] = (
             0 if experience_buffer.storage_type == "file" else stats.depth + stats.leased
         ) + got.awaiting_replay
-        counts["dropped"] = dict(got.dropped)
+        counts["dropped"] = {**before_write, **got.dropped}
         entry["experiences"] = counts
         entry["phases"] = stage_phases(self.cfg, WORKERS_OF_MODE[self.cfg.mode])
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+from collections import Counter
 from typing import Any
 
 from services.cli.phases import format_phases
 from services.common.config import TrinityConfig
-from services.trainer.tally import Tally, tally_dir
+from services.trainer.tally import Tally, read_lines, tally_dir
 
 
 def summary_path(root_run_dir: str) -> str:
@@ -141,6 +143,22 @@ def main_first(scores: dict[str, float]) -> dict[str, float]:
 def progress_tally(stage: TrinityConfig) -> Tally:
     """Steps, rows trained / dropped / lost, and reward per step, from the trainer's progress.jsonl."""
     return tally_dir(os.path.join(stage.run_dir, "trainer"))
+
+
+def explorer_drops(stage: TrinityConfig) -> dict[str, int]:
+    """Experiences the explorers' pipelines dropped before writing (filters, dynamic sampling and its
+    refill surplus), by reason, from each explorer's progress-<name>.jsonl. A step counts once,
+    with its first record: a restarted explorer that redoes a recorded step finds its writes
+    already made (the predecessor's rows stand, so do its drops)."""
+    out: Counter[str] = Counter()
+    for path in sorted(glob.glob(os.path.join(stage.run_dir, "explorer", "progress-*.jsonl"))):
+        seen: set[int] = set()
+        for record in read_lines(path):
+            if record is None or "step" not in record or int(record["step"]) in seen:
+                continue
+            seen.add(int(record["step"]))
+            out.update({str(k): int(v) for k, v in record.get("dropped", {}).items()})
+    return dict(out)
 
 
 def trained_rows(stage: TrinityConfig) -> tuple[int, int, list[float]]:

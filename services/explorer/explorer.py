@@ -6,9 +6,12 @@ One step:
    killed midway is redone, not lost. Step = batch_index + 1.
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
 3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
-4. Experience pipeline (filters, shaping, optional group advantages).
+4. Experience pipeline (filters, shaping, optional group advantages). With dynamic sampling
+   (dapo_dynamic_sampling) 3-4 repeat on further task batches of the same step until it has
+   buffer.batch_size groups (refill.py; the buffer hands them as extensions of the step's batch).
 5. Write to the experience buffer in chunks with idempotency keys from (explorer, step, chunk).
-6. Pass-rate feedback for difficulty-based task selection; metrics to the monitor; a log line.
+6. Pass-rate feedback for difficulty-based task selection; metrics to the monitor; a log line;
+   the step's timings and pipeline drops to <run dir>/explorer/progress-<name>.jsonl.
 Eval runs at start (eval_on_startup, fresh runs only) and every eval_interval steps. At end of
 data the explorer closes its writer on the experience buffer so the trainer sees the end.
 """
@@ -19,9 +22,8 @@ import asyncio
 import json
 import os
 import time
+from collections import Counter
 from typing import Any
-
-import numpy as np
 
 from services.common.config.schema import TrinityConfig
 from services.common.errors import AlreadyExists, InvalidArgument
@@ -33,8 +35,10 @@ from services.explorer.eval import Evaluator
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.pipeline.input_log import PipelineInputLog
 from services.explorer.pipeline.step_wise import explorer_side_advantage
+from services.explorer.refill import RolloutRow, Round, sample_step
 from services.explorer.rewards import REWARD_FUNCTIONS
 from services.explorer.runner import UnitResult, WorkflowRunner
+from services.explorer.step_metrics import pass_rates, rollout_metrics
 from services.explorer.weight_sync import WeightSync
 from services.explorer.workflows import WORKFLOWS, Task
 
@@ -64,53 +68,6 @@ class TaskResolver:
             else None,
             batch_id=batch_id,
         )
-
-
-def rollout_metrics(results: list[UnitResult], exps: list[Experience], seconds: float) -> dict[str, float]:
-    """Step metrics before the pipeline: rewards, lengths, tokens/s, task times, failures."""
-    rewards = np.array([e.reward for e in exps if e.reward is not None], dtype=np.float64)
-    lengths = np.array([e.response_length for e in exps], dtype=np.float64)
-    times = np.array([r.seconds for r in results], dtype=np.float64)
-    metrics = {
-        "rollout/experiences": float(len(exps)),
-        "rollout/reward/mean": float(rewards.mean()) if rewards.size else 0.0,
-        "rollout/reward/std": float(rewards.std()) if rewards.size else 0.0,
-        "rollout/reward/max": float(rewards.max()) if rewards.size else 0.0,
-        "rollout/reward/min": float(rewards.min()) if rewards.size else 0.0,
-        "rollout/response_length/mean": float(lengths.mean()) if lengths.size else 0.0,
-        "rollout/response_length/max": float(lengths.max()) if lengths.size else 0.0,
-        "rollout/tokens_per_s": float(lengths.sum() / seconds) if seconds > 0 else 0.0,
-        "rollout/task_time/mean": float(times.mean()) if times.size else 0.0,
-        "rollout/task_time/max": float(times.max()) if times.size else 0.0,
-        "rollout/timeouts": float(sum(r.timeouts for r in results)),
-        "rollout/retries": float(sum(r.retries for r in results)),
-        "rollout/skipped": float(sum(r.skipped for r in results)),
-        "time/rollout_s": seconds,
-    }
-    names = {name for e in exps for name in e.metrics}
-    for name in sorted(names):
-        values = [e.metrics[name] for e in exps if name in e.metrics]
-        metrics[f"rollout/{name}/mean"] = float(np.mean(values))
-    return metrics
-
-
-def pass_rates(results: list[UnitResult]) -> dict[str, float]:
-    """Per task: mean `accuracy` metric when the workflow reports one, else the share of rewards > 0.
-
-    An accuracy below 0 counts as 0: math_dapo_reward reports -1 for a wrong answer (DAPO's rule).
-    """
-    outcomes: dict[str, list[float]] = {}
-    for result in results:
-        bucket = outcomes.setdefault(result.task.task_id, [])
-        bucket.extend(
-            max(0.0, float(e.metrics["accuracy"]))
-            if "accuracy" in e.metrics
-            else float((e.reward or 0.0) > 0)
-            for e in result.experiences
-        )
-        if result.skipped:
-            bucket.append(0.0)
-    return {task_id: float(np.mean(v)) for task_id, v in outcomes.items() if v}
 
 
 class Explorer:
@@ -155,6 +112,8 @@ class Explorer:
         self.replayed_step = 0  # the step this process ran again for a killed predecessor (repeat_last)
         self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
+        self.last_dropped: Counter[str] = Counter()  # the last step's pipeline drops, by reason
+        self.refill_read_s = 0.0  # the step's extension reads (refill), part of its read_tasks time
         self.last_eval: dict[str, float] = {}  # the latest eval scores ("eval/<taskset>/<metric>")
         self.last_eval_step = -1
 
@@ -229,30 +188,55 @@ class Explorer:
             "explorer_finished", steps=self.step, experiences=self.written, model_version=self.model_version
         )
 
+    async def run_round(self, step: int, wire_tasks: list[WireTask], index: int) -> Round:
+        """Roll out one batch of the step's tasks and put it through the pipeline. Round i > 0 of
+        a refilled step files its groups apart (`<step>.<i>`): a task read twice is two groups."""
+        t0 = time.perf_counter()
+        results = await self.runner.run_tasks([self.resolve(w, step) for w in wire_tasks])
+        seconds = time.perf_counter() - t0
+        label = f"{step}.{index}" if index else str(step)
+        exps: list[Experience] = []
+        for result in results:
+            for exp in result.experiences:
+                exp.group_id = f"{self.name}/{label}/{result.task.taskset}/{exp.task_id}"
+                exp.batch_id, exp.producer = step, self.name
+                exps.append(exp)
+        rows = [RolloutRow.of(e) for e in exps]
+        if self.input_log is not None:
+            await asyncio.to_thread(self.input_log.append, step, exps)
+        return Round(results, rows, self.pipeline.run(exps), seconds)
+
+    async def refill_round(self, step: int, index: int) -> Round | None:
+        """Round `index` of step `step` on the next tasks of the step's batch; None: the taskset ended."""
+        assert self.taskset is not None
+        t0 = time.perf_counter()
+        more = await self.buffer.read_tasks(
+            self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
+        )
+        self.refill_read_s += time.perf_counter() - t0
+        return await self.run_round(step, more.tasks, index) if more.tasks else None
+
     async def explore_step(
         self, step: int, wire_tasks: list[WireTask], extra: dict[str, float] | None = None
     ) -> dict[str, float]:
         self.state = "exploring"
-        t0 = time.perf_counter()
-        tasks = [self.resolve(w, step) for w in wire_tasks]
-        results = await self.runner.run_tasks(tasks)
-        rollout_s = time.perf_counter() - t0
-        exps: list[Experience] = []
-        for result in results:
-            for exp in result.experiences:
-                exp.group_id = f"{self.name}/{step}/{result.task.taskset}/{exp.task_id}"
-                exp.batch_id, exp.producer = step, self.name
-                exps.append(exp)
-        metrics = rollout_metrics(results, exps, rollout_s)
-        if self.input_log is not None:
-            await asyncio.to_thread(self.input_log.append, step, exps)
-        exps, pipeline_metrics = self.pipeline.process(exps)
+        t0, self.refill_read_s = time.perf_counter(), 0.0
+        sampled = await sample_step(
+            await self.run_round(step, wire_tasks, 0),
+            more=lambda index: self.refill_round(step, index),
+            wanted=self.cfg.buffer.batch_size,
+            max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
+            step=step,
+        )
+        exps = sampled.experiences
+        metrics = rollout_metrics(sampled.results, sampled.rows, sampled.rollout_seconds)
         t_write = time.perf_counter()
         await self.write(step, exps)
-        metrics.update(pipeline_metrics)
+        metrics.update(sampled.metrics)
         metrics.update(extra or {})
         metrics.update(
             {
+                "time/read_tasks_s": metrics.get("time/read_tasks_s", 0.0) + self.refill_read_s,
                 "rollout/model_version": float(self.model_version),
                 "rollout/written": float(len(exps)),
                 "time/write_s": time.perf_counter() - t_write,
@@ -260,8 +244,8 @@ class Explorer:
                 "memory/peak_rss_mb": peak_rss_mb(),
             }
         )
-        await self.report_feedback(results)
-        self.step, self.last_metrics = step, metrics
+        await self.report_feedback(sampled.results)
+        self.step, self.last_metrics, self.last_dropped = step, metrics, sampled.dropped
         self.monitor.log(metrics, step)
         log.info(
             "explore_step",
@@ -272,6 +256,7 @@ class Explorer:
             experiences=len(exps),
             skipped=int(metrics["rollout/skipped"]),
             step_s=round(metrics["time/step_s"], 3),
+            **({"gen_batches": len(sampled.rounds)} if len(sampled.rounds) > 1 else {}),
         )
         return metrics
 
@@ -320,11 +305,13 @@ class Explorer:
 
     def _record_step(self, step: int, metrics: dict[str, float]) -> None:
         """Append the step's timings to <run dir>/explorer/progress-<name>.jsonl (summary.json's
-        phase breakdown, cli/phases.py)."""
+        phase breakdown, cli/phases.py) and the experiences its pipeline dropped, by reason
+        (summary.json's experiences.dropped, cli/stages.py)."""
         record = {
             "time": time.time(),
             "step": step,
             "metrics": {k: v for k, v in metrics.items() if k.startswith(("time/", "memory/"))},
+            "dropped": dict(self.last_dropped),
         }
         path = os.path.join(self.cfg.run_dir, "explorer", f"progress-{self.name}.jsonl")
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from services.common.config.schema import TrinityConfig
 from services.common.config.tasksets import TasksetDefaults, effective_taskset, task_settings
-from services.common.errors import AlreadyExists
+from services.common.errors import AlreadyExists, FailedPrecondition
 from services.common.experience import Task
 from services.common.wire import experience_to_proto
 
@@ -24,6 +24,8 @@ class FakeBuffer:
     writers: dict[str, set] = field(default_factory=dict)
     closed: list = field(default_factory=list)
     reads: list = field(default_factory=list)  # (taskset, batch_size) of every read_tasks
+    extensions: list = field(default_factory=list)  # (taskset, batch index) of every extend read
+    index: dict[tuple[str, str], int] = field(default_factory=dict)  # batch index last handed
     cfg: TrinityConfig | None = None  # when set, tasks carry the settings the real buffer would give
 
     def _settings(self, taskset: str, is_eval: bool) -> dict:
@@ -34,14 +36,25 @@ class FakeBuffer:
         defaults = TasksetDefaults.from_config(self.cfg)
         return task_settings(effective_taskset(section, defaults, is_eval=is_eval))
 
-    async def read_tasks(self, taskset, batch_size, reader_id="", rewind=False, repeat_last=False):
+    async def read_tasks(
+        self, taskset, batch_size, reader_id="", rewind=False, repeat_last=False, extend=False
+    ):
+        """As the buffer's taskset, with one epoch: the next batch (or the same one: repeat_last),
+        or more tasks for the last batch under its index (extend: the cursor moves, the position
+        repeat_last goes back to stays)."""
         self.reads.append((taskset, batch_size))
         key = (taskset, reader_id)
-        if rewind:
-            self.cursors[key] = 0
-        elif repeat_last and key in self.previous:
-            self.cursors[key] = self.previous[key]
-        self.previous[key] = self.cursors.get(key, 0)
+        repeat = repeat_last and key in self.previous and not rewind
+        if extend:
+            if key not in self.index:
+                raise FailedPrecondition(f"{reader_id!r} was handed no batch to extend")
+            self.extensions.append((taskset, self.index[key]))
+        else:
+            self.cursors[key] = 0 if rewind else self.previous[key] if repeat else self.cursors.get(key, 0)
+            self.previous[key] = self.cursors[key]
+            known = key in self.index and not rewind  # else: a cursor a test set, at a batch boundary
+            step_on = 0 if repeat else 1
+            self.index[key] = self.index[key] + step_on if known else self.cursors[key] // batch_size
         pos = self.cursors.get(key, 0)
         rows = self.tasksets[taskset]
         is_eval = taskset.startswith("eval")
@@ -62,7 +75,7 @@ class FakeBuffer:
         ]
         end = not chunk or self.cursors[key] >= len(rows)
         return SimpleNamespace(
-            tasks=tasks, epoch=0, batch_index=pos // batch_size, end_of_data=end and not chunk
+            tasks=tasks, epoch=0, batch_index=self.index[key], end_of_data=end and not chunk
         )
 
     async def write(self, buffer, experiences, idempotency_key="", writer_id=""):

@@ -80,6 +80,47 @@ async def test_taskset_cursor_survives_a_restart(tmp_path):
     assert [t.raw_task["prompt"] for t in other.tasks] == ["p0", "p1"]  # each reader has its own cursor
 
 
+async def test_extensions_of_a_batch_are_read_again_after_a_kill(tmp_path):
+    """ReadTasks(extend=true) over the wire: the step's batch and its extensions share the batch
+    index; an explorer killed mid-step and its SIGKILLed buffer come back to the same tasks."""
+    from services.common.errors import FailedPrecondition
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(10)))
+    port = free_port()
+    config = buffer_config(tmp_path, port, taskset=str(tasks))
+
+    def prompts(batch) -> list[str]:
+        return [t.raw_task["prompt"] for t in batch.tasks]
+
+    proc = await astart_buffer(tmp_path, config, port)
+    try:
+        async with await BufferClient.connect(f"127.0.0.1:{port}", timeout=10) as client:
+            with pytest.raises(FailedPrecondition):
+                await client.read_tasks("tasks", 2, reader_id="explorer", extend=True)
+            batch = await client.read_tasks("tasks", 2, reader_id="explorer")
+            more = await client.read_tasks("tasks", 2, reader_id="explorer", extend=True)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert (prompts(batch), prompts(more), batch.batch_index, more.batch_index) == (
+        ["p0", "p1"],
+        ["p2", "p3"],
+        0,
+        0,
+    )
+    proc = await astart_buffer(tmp_path, config, port)
+    try:
+        async with await BufferClient.connect(f"127.0.0.1:{port}", timeout=10) as client:
+            again = await client.read_tasks("tasks", 2, reader_id="explorer", repeat_last=True)
+            again_more = await client.read_tasks("tasks", 2, reader_id="explorer", extend=True)
+            after = await client.read_tasks("tasks", 2, reader_id="explorer")
+    finally:
+        assert stop_process(proc, timeout=10) == 0
+    assert (prompts(again), prompts(again_more)) == (["p0", "p1"], ["p2", "p3"])
+    assert (prompts(after), after.batch_index) == (["p4", "p5"], 1)
+
+
 async def test_a_reused_idempotency_key_is_checked_against_its_content_across_a_restart(tmp_path):
     """Same key, same experiences: "duplicate", also after a SIGKILL and restart (the buffer that
     compares is not the one that stored the digest). Same key, other experiences: ALREADY_EXISTS

@@ -6,6 +6,12 @@ Epochs: a training taskset drops the last partial batch of an epoch (every batch
 offset in the epoch, batch index) is committed before the batch is returned, so a restarted
 explorer continues at the next unread batch.
 
+`extend` hands a reader more tasks for the batch it was last handed: the next tasks after its
+cursor under the same batch index (dynamic sampling's refill, which must not count as a step).
+Only the cursor moves; the one kept for `repeat_last` stays at the batch's start, so a restarted
+explorer that repeats the batch reads the same extensions after it again (for the seeded
+selectors: random and difficulty_based seed an extension with (seed, batch index, tasks read)).
+
 Selectors (Trinity's `task_selector.selector_type`):
 - sequential: file order every epoch;
 - offline_easy2hard: the order of the feature_keys columns, highest (easiest) first, every epoch;
@@ -38,7 +44,7 @@ from services.buffer.storage import schema as s
 from services.buffer.storage.engine import Database
 from services.buffer.types import TaskBatch
 from services.common.config.buffer import BotsConfig
-from services.common.errors import InvalidArgument
+from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.experience import Task
 from services.common.logging import get_logger
 
@@ -145,7 +151,7 @@ class TasksetBuffer:
                 self.bots_state = state
 
     # ---- order ---------------------------------------------------------------------------
-    def _indices(self, cur: Cursor, size: int) -> list[int]:
+    def _indices(self, cur: Cursor, size: int, extend: bool = False) -> list[int]:
         """Row indices of the batch that starts at `cur` (epoch and offset already rolled over)."""
         n, kind, epoch, offset = len(self.rows), self.cfg.selector, cur.epoch, cur.offset
         if kind == "sequential":
@@ -160,26 +166,30 @@ class TasksetBuffer:
         size = min(size, n - offset)
         if self.features is not None:
             return bots.select(self.bots_state, self.cfg.bots, size, self.cfg.seed + cur.tasks_read)
-        rng = np.random.default_rng(self.cfg.seed + cur.batch_index)
+        # an extension shares its batch's index: seed it apart from the batch and the next one
+        seed = (self.cfg.seed, cur.batch_index, cur.tasks_read) if extend else self.cfg.seed + cur.batch_index
+        rng = np.random.default_rng(seed)
         if kind == "random":
             return [int(i) for i in rng.integers(0, n, size)]
         target, temp = self.cfg.target_pass_rate, self.cfg.temperature
         weights = np.array([math.exp(-abs(self.pass_rates.get(i, target) - target) / temp) for i in range(n)])
         return [int(i) for i in rng.choice(n, size=size, replace=False, p=weights / weights.sum())]
 
-    def _advance(self, cur: Cursor, size: int) -> tuple[Cursor, list[int]] | None:
-        """The cursor after the next batch and the batch's row indices; None at the end."""
+    def _advance(self, cur: Cursor, size: int, extend: bool = False) -> tuple[Cursor, list[int]] | None:
+        """The cursor after the next batch (an extension of the last one) and its row indices; None
+        at the end. An extension keeps the batch index, and total_steps (a count of batches) never
+        ends it."""
         n = len(self.rows)
         nxt = Cursor(cur.epoch, cur.offset, cur.batch_index, cur.tasks_read)
-        if self.cfg.total_steps is not None and nxt.batch_index >= self.cfg.total_steps:
+        if not extend and self.cfg.total_steps is not None and nxt.batch_index >= self.cfg.total_steps:
             return None
         if (not self.cfg.is_eval and nxt.offset + size > n) or nxt.offset >= n:
             nxt.epoch, nxt.offset = nxt.epoch + 1, 0
         if self.cfg.total_steps is None and nxt.epoch >= self.cfg.total_epochs:
             return None
-        indices = self._indices(nxt, size)
+        indices = self._indices(nxt, size, extend)
         nxt.offset += len(indices)
-        nxt.batch_index += 1
+        nxt.batch_index += 0 if extend else 1
         nxt.tasks_read += len(indices)
         return nxt, indices
 
@@ -201,7 +211,13 @@ class TasksetBuffer:
 
     # ---- API -----------------------------------------------------------------------------
     async def read_tasks(
-        self, batch_size: int, *, reader_id: str = "", rewind: bool = False, repeat_last: bool = False
+        self,
+        batch_size: int,
+        *,
+        reader_id: str = "",
+        rewind: bool = False,
+        repeat_last: bool = False,
+        extend: bool = False,
     ) -> TaskBatch:
         if not self.cfg.is_eval and batch_size > len(self.rows):
             raise InvalidArgument(
@@ -209,8 +225,39 @@ class TasksetBuffer:
                 "(the last partial batch of an epoch is dropped, so no batch could ever be full)",
                 field="batch_size",
             )
+        if extend and (rewind or repeat_last):
+            raise InvalidArgument("extend cannot be combined with rewind or repeat_last", field="extend")
         async with self._lock:
+            if extend:
+                return await self._extend_locked(batch_size, reader_id)
             return await self._read_locked(batch_size, reader_id, rewind, repeat_last)
+
+    async def _extend_locked(self, batch_size: int, reader_id: str) -> TaskBatch:
+        cur = self.cursors.get(reader_id)
+        if cur is None or cur.batch_index == 0:
+            raise FailedPrecondition(
+                f"reader {reader_id!r} was handed no batch of taskset {self.name!r} to extend",
+                field="extend",
+            )
+        step = self._advance(cur, batch_size, extend=True)
+        if step is None:
+            return TaskBatch([], cur.epoch, cur.batch_index - 1, True)
+        nxt, indices = step
+        await self._store_cursors(((reader_id, nxt),), lambda: self.cursors.__setitem__(reader_id, nxt))
+        return TaskBatch([self._task(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
+
+    async def _store_cursors(self, cursors: tuple[tuple[str, Cursor], ...], after: Any) -> None:
+        """Persist (reader key, cursor) pairs in one transaction, then run `after()`."""
+
+        async def op(conn: AsyncConnection) -> None:
+            for rid, c in cursors:
+                values = dict(
+                    epoch=c.epoch, offset=c.offset, batch_index=c.batch_index, tasks_read=c.tasks_read
+                )
+                stmt = sqlite_insert(s.cursors).values(reader_id=rid, **values)
+                await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
+
+        await self.db.write(op, lambda _: after())
 
     async def _read_locked(
         self, batch_size: int, reader_id: str, rewind: bool, repeat_last: bool
@@ -226,19 +273,11 @@ class TasksetBuffer:
             return TaskBatch([], cur.epoch, cur.batch_index, True)
         nxt, indices = step
 
-        async def op(conn: AsyncConnection) -> None:
-            for rid, c in ((reader_id, nxt), (reader_id + PREVIOUS, cur)):
-                values = dict(
-                    epoch=c.epoch, offset=c.offset, batch_index=c.batch_index, tasks_read=c.tasks_read
-                )
-                stmt = sqlite_insert(s.cursors).values(reader_id=rid, **values)
-                await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
-
-        def after(_: None) -> None:
+        def after() -> None:
             self.cursors[reader_id] = nxt
             self.previous[reader_id] = cur
 
-        await self.db.write(op, after)
+        await self._store_cursors(((reader_id, nxt), (reader_id + PREVIOUS, cur)), after)
         return TaskBatch([self._task(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
 
     async def report_feedback(self, feedback: list[tuple[str, float]]) -> None:

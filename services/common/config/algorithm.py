@@ -52,8 +52,13 @@ class OptimizerConfig(Section):
 class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
-    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po (presets in
+    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po, dapo (presets in
     services/common/config/presets.yaml, applied when the config is loaded).
+    dapo (Trinity v0.6) is GRPO's advantages and PPO's clipped loss without KL or reference model; the
+    rest of DAPO comes from the YAML, as in Trinity's example: clip_range_high 0.28
+    (policy_loss_fn_args), the operators mask_response_truncated and dapo_dynamic_sampling
+    (data_processor.experience_pipeline; the explorer then refills each step, see
+    explorer.max_num_gen_batches) and math_dapo_reward's overlong penalty (reward_fn_args).
     multi_step_grpo's advantages are computed by the explorer (one experience per model call, run and
     step ids); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
     on_policy_distill_math_workflow with a teacher in explorer.auxiliary_models). dpo is per pair (the paper's

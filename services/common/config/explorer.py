@@ -138,6 +138,14 @@ class ExplorerConfig(Section):
     """Seconds a workflow may run before it is cancelled and retried."""
     max_retry_times: int = Field(2, ge=0)
     """Retries of a failing or hanging workflow before it is skipped."""
+    max_num_gen_batches: int = Field(10, ge=0)
+    """Dynamic sampling's refill (DAPO): when the experience pipeline has a refilling operator
+    (dapo_dynamic_sampling) and it drops groups, the explorer reads further batches of
+    buffer.batch_size tasks within the same step until the step has buffer.batch_size groups; this
+    caps the batches a step may generate, the first included (veRL's
+    algorithm.filter_groups.max_num_gen_batches; its DAPO recipe uses 10; Trinity-RFT has no refill).
+    0: no limit (until the taskset ends); 1: no refill. At the cap the step writes the groups it has
+    (log refill_cap_reached, metric rollout/refill_cap_reached) where veRL stops with an error."""
     env_vars: dict[str, str] = Field(default_factory=dict)
     """Environment variables set for workflow runners."""
     rollout_model: RolloutModelConfig = RolloutModelConfig()

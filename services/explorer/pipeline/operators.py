@@ -1,18 +1,24 @@
 """Experience operators (Trinity's data_processor.experience_pipeline): `process(exps) -> (exps, metrics)`.
 
 Applied in order to each explorer step's experiences before they are written. Built-ins:
-reward_filter, reward_std_filter, invalid_reward_filter, reward_shaping_mapper, and
-group_advantage (GRPO-style advantages computed here, for when the algorithm wants the explorer
-to do it). User operators register with `@EXPERIENCE_OPERATORS.register_module("name")` or are
-named by dotted path.
+reward_filter, reward_std_filter, invalid_reward_filter, reward_shaping_mapper, group_advantage
+(GRPO-style advantages computed here, for when the algorithm wants the explorer to do it), and
+DAPO's dapo_dynamic_sampling and mask_response_truncated (dapo.py). User operators register with
+`@EXPERIENCE_OPERATORS.register_module("name")` or are named by dotted path.
+
+The pipeline counts what each operator drops, by reason, for summary.json's `experiences.dropped`:
+an operator's metrics named `dropped_<reason>` (experiences) name part of its drops
+(`<operator>/<reason>`, e.g. `dapo_dynamic_sampling/all_wrong`); the rest is filed under the
+operator's name.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import defaultdict
-from typing import Any
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -32,6 +38,8 @@ EXPERIENCE_OPERATORS = Registry(
         "pass_rate_calculator": "services.explorer.pipeline.operators:PassRateCalculator",
         "step_wise_grpo": "services.explorer.pipeline.step_wise:StepWiseGRPO",
         "data_juicer": "services.explorer.pipeline.operators:DataJuicerOperator",
+        "dapo_dynamic_sampling": "services.explorer.pipeline.dapo:DAPODynamicSampling",
+        "mask_response_truncated": "services.explorer.pipeline.dapo:MaskResponseTruncated",
     },
     config_key="data_processor.experience_pipeline.operators",
     plugin_hint="a module in explorer.plugin_dirs that registers it",
@@ -40,6 +48,10 @@ EXPERIENCE_OPERATORS = Registry(
 
 class ExperienceOperator(ABC):
     """One step of the pipeline."""
+
+    refill: ClassVar[bool] = False
+    """True for dynamic sampling: the explorer reads further tasks within the step to replace the
+    groups the pipeline drops (explorer.max_num_gen_batches; services/explorer/refill.py)."""
 
     @abstractmethod
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
@@ -217,11 +229,40 @@ class DataJuicerOperator(ExperienceOperator):
         raise NotImplementedError  # never constructed
 
 
+@dataclass
+class PipelineOutput:
+    """What the pipeline made of one batch of experiences."""
+
+    experiences: list[Experience]
+    metrics: dict[str, float]
+    dropped: Counter[str] = field(default_factory=Counter)
+    """Experiences the operators removed, by reason (see the module docstring)."""
+
+
+def drop_reasons(name: str, lost: int, metrics: dict[str, float]) -> Counter[str]:
+    """`lost` experiences that operator `name` removed, split by its `dropped_<reason>` metrics."""
+    short = name.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
+    out: Counter[str] = Counter()
+    if lost <= 0:
+        return out
+    for key, value in metrics.items():
+        if key.startswith("dropped_") and value > 0:
+            out[f"{short}/{key.removeprefix('dropped_')}"] += int(value)
+    if lost > sum(out.values()):
+        out[short] += lost - sum(out.values())
+    return out
+
+
 class ExperiencePipeline:
     """The configured operators, in order; metrics come back as `pipeline/<i>_<name>/<metric>`."""
 
     def __init__(self, operators: list[tuple[str, ExperienceOperator]]) -> None:
         self.operators = operators
+
+    @property
+    def refills(self) -> bool:
+        """Whether an operator asks for dynamic sampling's refill (ExperienceOperator.refill)."""
+        return any(op.refill for _, op in self.operators)
 
     @classmethod
     def from_config(cls, specs: list[Any]) -> ExperiencePipeline:
@@ -238,10 +279,16 @@ class ExperiencePipeline:
                 ) from exc
         return cls(ops)
 
-    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
-        metrics: dict[str, float] = {}
+    def run(self, exps: list[Experience]) -> PipelineOutput:
+        out = PipelineOutput(exps, {})
         for i, (name, op) in enumerate(self.operators):
-            exps, op_metrics = op.process(exps)
+            before = len(out.experiences)
+            out.experiences, op_metrics = op.process(out.experiences)
+            out.dropped.update(drop_reasons(name, before - len(out.experiences), op_metrics))
             for key, value in op_metrics.items():
-                metrics[f"pipeline/{i}_{name.rsplit('.', 1)[-1]}/{key}"] = float(value)
-        return exps, metrics
+                out.metrics[f"pipeline/{i}_{name.rsplit('.', 1)[-1]}/{key}"] = float(value)
+        return out
+
+    def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
+        out = self.run(exps)
+        return out.experiences, out.metrics

@@ -192,6 +192,31 @@ def test_half_written_last_lines_are_skipped(two_stages: TrinityConfig) -> None:
     assert st.eval_records(stage) == [{"step": 0, "scores": {"a": 1.0}}]
 
 
+def test_explorer_drops_add_up_per_reason_counting_each_step_once(two_stages: TrinityConfig) -> None:
+    stage = two_stages.stage_configs[0]
+    assert st.explorer_drops(stage) == {}  # no explorer ran
+    explorer = pathlib.Path(stage.run_dir) / "explorer"
+    dapo = {"dapo_dynamic_sampling/all_wrong": 8, "refill_surplus": 4}
+    write_jsonl(
+        explorer / "progress-explorer.jsonl",
+        [
+            {"step": 1, "metrics": {}, "dropped": dapo},
+            {"step": 2, "metrics": {}, "dropped": {"dapo_dynamic_sampling/all_correct": 4}},
+            # a restarted explorer redid step 2: its writes were refused, its drops do not count
+            {"step": 2, "metrics": {}, "dropped": {"dapo_dynamic_sampling/all_correct": 12}},
+            {"step": 3, "metrics": {}},  # written before drops were recorded
+        ],
+    )
+    write_jsonl(explorer / "progress-explorer-2.jsonl", [{"step": 1, "metrics": {}, "dropped": dapo}])
+    with open(explorer / "progress-explorer-2.jsonl", "a") as fh:
+        fh.write('{"step": 2, "dro')  # killed mid-write
+    assert st.explorer_drops(stage) == {
+        "dapo_dynamic_sampling/all_wrong": 16,
+        "refill_surplus": 8,
+        "dapo_dynamic_sampling/all_correct": 4,
+    }
+
+
 # ---- eval records --------------------------------------------------------------------------------
 
 

@@ -63,7 +63,7 @@ def test_one_sample_per_task_gives_mean_at_1_only():
 
 
 def test_pass_rates_per_task_from_accuracy_or_positive_reward():
-    from services.explorer.explorer import pass_rates
+    from services.explorer.step_metrics import pass_rates
 
     # task a: accuracy metric [1, 0, 1] -> 2/3; task b: no accuracy, rewards [0.5, -1] -> share > 0 = 1/2
     b0 = Experience(tokens=np.array([1, 2]), prompt_length=1, model_version=0, reward=0.5)

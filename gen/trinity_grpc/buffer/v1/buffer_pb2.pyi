@@ -441,6 +441,7 @@ class ReadTasksRequest(_message.Message):
     READER_ID_FIELD_NUMBER: _builtins.int
     REWIND_FIELD_NUMBER: _builtins.int
     REPEAT_LAST_FIELD_NUMBER: _builtins.int
+    EXTEND_FIELD_NUMBER: _builtins.int
     taskset: _builtins.str
     """Taskset name."""
     batch_size: _builtins.int
@@ -456,6 +457,14 @@ class ReadTasksRequest(_message.Message):
     of the next one; a reader that was never handed one gets the next batch. A restarted explorer
     asks for it first, so a step it may not have finished is not lost (its writes are idempotent).
     """
+    extend: _builtins.bool
+    """Hand this reader more tasks for the batch it was last handed: the batch_size tasks after its
+    cursor, under the same batch_index (the explorer's refill for dynamic sampling, within one
+    step). The cursor moves on; the one kept for repeat_last stays, so a repeated batch is
+    followed by the same extensions. end_of_data with no tasks when the taskset has ended.
+    FAILED_PRECONDITION for a reader that was never handed a batch; not combined with rewind or
+    repeat_last.
+    """
     def __init__(
         self,
         *,
@@ -464,10 +473,11 @@ class ReadTasksRequest(_message.Message):
         reader_id: _builtins.str = ...,
         rewind: _builtins.bool = ...,
         repeat_last: _builtins.bool = ...,
+        extend: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "reader_id", b"reader_id", "repeat_last", b"repeat_last", "rewind", b"rewind", "taskset", b"taskset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "extend", b"extend", "reader_id", b"reader_id", "repeat_last", b"repeat_last", "rewind", b"rewind", "taskset", b"taskset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -182,6 +182,54 @@ async def test_repeat_last_hands_a_restarted_reader_its_last_batch_again(tmp_pat
     await core.close()
 
 
+async def test_extend_reads_on_within_the_batch_and_a_repeat_reads_the_same_extensions(tmp_path):
+    """Refill (dynamic sampling): extensions take the tasks after the cursor under the batch's
+    index; total_steps counts batches, not extensions; repeat_last goes back to the batch's start,
+    so a restarted reader reads the batch and then the same extensions again."""
+    from services.common.errors import FailedPrecondition
+
+    spec = BufferSpec("ts", "taskset", {"path": write_jsonl(tmp_path / "t.jsonl", 10), "total_steps": 2})
+    core = await open_core(tmp_path, spec)
+    with pytest.raises(FailedPrecondition):  # nothing handed yet to extend
+        await core.read_tasks("ts", 4, reader_id="explorer", extend=True)
+    first = await core.read_tasks("ts", 4, reader_id="explorer")
+    more = await core.read_tasks("ts", 4, reader_id="explorer", extend=True)
+    wrap = await core.read_tasks("ts", 4, reader_id="explorer", extend=True)  # 2 left: next epoch
+    assert [ids(first), ids(more), ids(wrap)] == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
+    assert [b.batch_index for b in (first, more, wrap)] == [0, 0, 0] and wrap.epoch == 1
+    await core.close()  # killed before the step ended; the buffer restarts too
+
+    core = await open_core(tmp_path, spec)
+    again = await core.read_tasks("ts", 4, reader_id="explorer", repeat_last=True)
+    again_more = await core.read_tasks("ts", 4, reader_id="explorer", extend=True)
+    assert (again.batch_index, ids(again), ids(again_more)) == (0, [0, 1, 2, 3], [4, 5, 6, 7])
+    second = await core.read_tasks("ts", 4, reader_id="explorer")
+    assert (second.batch_index, ids(second)) == (1, [0, 1, 2, 3])  # epoch 1: 8 + 4 > 10 rolled over
+    assert (await core.read_tasks("ts", 4, reader_id="explorer", extend=True)).batch_index == 1
+    assert (await core.read_tasks("ts", 4, reader_id="explorer")).end_of_data  # total_steps 2 batches
+    with pytest.raises(InvalidArgument):
+        await core.read_tasks("ts", 4, reader_id="explorer", extend=True, repeat_last=True)
+    await core.close()
+
+
+async def test_extend_ends_with_the_epochs_and_seeds_random_extensions_apart(tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", 8)
+    core = await open_core(
+        tmp_path,
+        BufferSpec("seq", "taskset", {"path": path}),
+        BufferSpec("rnd", "taskset", {"path": path, "task_selector": {"selector_type": "random"}}),
+    )
+    await core.read_tasks("seq", 4, reader_id="x")
+    assert ids(await core.read_tasks("seq", 4, reader_id="x", extend=True)) == [4, 5, 6, 7]
+    end = await core.read_tasks("seq", 4, reader_id="x", extend=True)  # total_epochs 1
+    assert end.end_of_data and end.tasks == [] and end.batch_index == 0
+    batch = await core.read_tasks("rnd", 4, reader_id="x")
+    ext = await core.read_tasks("rnd", 4, reader_id="x", extend=True)
+    nxt = await core.read_tasks("rnd", 4, reader_id="x")
+    assert ids(ext) != ids(nxt) and ids(ext) != ids(batch)  # not the next batch's draw
+    await core.close()
+
+
 async def test_offline_easy2hard_reads_highest_feature_first_every_epoch(tmp_path):
     # pass rates (higher = easier): t0 0.2, t1 0.9, t2 0.5, t3 0.9 (tie with t1, second key decides),
     # t4 0.0; second column breaks the tie: t3 0.7 > t1 0.1 -> order t3, t1, t2, t0, t4

@@ -34,6 +34,7 @@ ALL_TYPES = [
     "sppo",
     "rec",
     "raft",
+    "dapo",
 ]
 # Types whose advantage fn needs data our rows lack: they build, then fail at the first batch.
 NEEDS_MISSING_DATA = {
@@ -79,6 +80,8 @@ def user_advantage(batch, *, scale: float = 1.0) -> AdvantageOutput:
         ("raft", "none", "sft", "none", "none", "default", 1),
         # Trinity v0.6's M2POAlgorithm.default_config
         ("m2po", "grpo", "m2po", "none", "none", "default", 8),
+        # Trinity v0.6's DAPOAlgorithm (no KL, so no reference model)
+        ("dapo", "grpo", "ppo", "none", "default", "default", 16),
     ],
 )
 def test_preset_fills_parts_like_trinity(algo, advantage, policy, kl_loss, entropy, strategy, repeat):
@@ -86,6 +89,13 @@ def test_preset_fills_parts_like_trinity(algo, advantage, policy, kl_loss, entro
     assert (cfg.advantage_fn, cfg.policy_loss_fn, cfg.kl_loss_fn) == (advantage, policy, kl_loss)
     assert (cfg.entropy_loss_fn, cfg.sample_strategy, cfg.repeat_times) == (entropy, strategy, repeat)
     assert cfg.kl_penalty_fn == "none"
+
+
+def test_dapo_needs_no_reference_model():
+    assert not build_algorithm(
+        AlgorithmConfig(algorithm_type="dapo")
+    ).use_reference  # Trinity: use_reference False
+    assert build_algorithm(AlgorithmConfig(algorithm_type="grpo")).use_reference
 
 
 def test_preset_never_overrides_user_settings():
