@@ -63,6 +63,8 @@ def plan_to_pb(plan: Plan) -> pb.SyncPlan:
         sync_style=plan.style,
         sync_method=plan.method,
         max_staleness=plan.max_staleness or 0,
+        explorer_sync_interval=plan.explorer_interval,
+        trainer_sync_interval=plan.trainer_interval,
     )
 
 
@@ -74,6 +76,8 @@ def plan_from_pb(msg: pb.SyncPlan) -> Plan:
         style=msg.sync_style,
         method=msg.sync_method,
         max_staleness=msg.max_staleness or None,
+        explorer_interval=msg.explorer_sync_interval,
+        trainer_interval=msg.trainer_sync_interval,
     )
 
 

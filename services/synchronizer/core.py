@@ -192,6 +192,13 @@ class Synchronizer:
         elif plan.style == "dynamic_by_trainer":
             if latest > known:
                 need, reason = latest, f"trainer published version {latest}"
+        elif plan.style == "fully_async":
+            if P.async_check_due(plan, step, member.last_sync_step) and latest > known:
+                since = step - 1 - member.last_sync_step
+                need, reason = (
+                    latest,
+                    f"fully_async: {since} steps since last sync, version {latest} published",
+                )
         elif P.explorer_due(plan, step, member.last_sync_step):
             if latest > known:
                 need, reason = latest, f"{step - 1 - member.last_sync_step} steps since last sync"
@@ -306,6 +313,12 @@ class Synchronizer:
             explorers = self.ledger.explorers()
             if self.plan.style == "dynamic_by_explorer":
                 explorers = [m for m in explorers if m.requested]
+            elif self.plan.style == "fully_async":  # those that will load it at their next boundary
+                explorers = [
+                    m
+                    for m in explorers
+                    if m.requested or P.async_due_next(self.plan, m.step, m.last_sync_step)
+                ]
             if explorers:
                 self.ledger.new_group(version, member_id, [m.member_id for m in explorers])
         for explorer in self.ledger.explorers():

@@ -14,6 +14,13 @@ Trinity-RFT's semantics (see DESIGN.md, "Synchronizer semantics"):
 - dynamic_by_explorer: an explorer that ran I steps since its last sync asks for one; the trainer
   publishes at the end of its next step; the explorer loads it at the boundary after that and is
   never held for it (it keeps exploring while the trainer catches up).
+- fully_async (Trinity v0.6): the trainer publishes every T = trainer_sync_interval steps and never
+  waits for an explorer; each explorer, every E = explorer_sync_interval steps since its last sync,
+  loads the newest version at its step boundary if there is a newer one, and is never held for it.
+  Example T=2, E=3, trainer ahead: trainer 1,2 | v2 | 3,4 | v4 …; explorer 1,2,3 | load v2 | 4,5,6 |
+  load v6 (or whatever is newest then). Under checkpoint nobody waits; under nccl a version's
+  group holds the explorers that check at their next boundary (or asked), so the trainer's
+  broadcast waits at most for them to finish their current step.
 - max_staleness M: explorer step s would be trained at step `max(s, trainer_done + 1)` (one batch
   per step, as in Trinity's one-explorer default; with several explorers the real step is later,
   so the bound errs on the strict side only for the trainer-faster case); it may start only if the
@@ -30,7 +37,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from services.common.config.synchronizer import SynchronizerConfig
 
-STYLES = ("fixed", "dynamic_by_trainer", "dynamic_by_explorer")
+STYLES = ("fixed", "dynamic_by_trainer", "dynamic_by_explorer", "fully_async")
 STYLE_ALIASES = {"trainer_driven": "dynamic_by_trainer", "explorer_driven": "dynamic_by_explorer"}
 
 
@@ -44,6 +51,10 @@ class Plan:
     style: str = "fixed"
     method: str = "nccl"
     max_staleness: int | None = None
+    explorer_interval: int = 0
+    """fully_async: explorer steps between checks for a newer version (0: `interval`)."""
+    trainer_interval: int = 0
+    """fully_async: trainer steps between publishes (0: `interval`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "style", STYLE_ALIASES.get(self.style, self.style))
@@ -53,8 +64,13 @@ class Plan:
             self.interval < 1
             or self.offset < 0
             or (self.max_staleness is not None and self.max_staleness < 1)
+            or self.explorer_interval < 0
+            or self.trainer_interval < 0
         ):
-            raise ValueError("sync_interval must be >= 1, sync_offset >= 0, max_staleness >= 1 or None")
+            raise ValueError(
+                "sync_interval must be >= 1, sync_offset >= 0, max_staleness >= 1 or None, "
+                "explorer/trainer_sync_interval >= 1 (0: sync_interval)"
+            )
 
     @classmethod
     def from_config(cls, cfg: SynchronizerConfig) -> Plan:
@@ -65,7 +81,19 @@ class Plan:
             style=cfg.normalized_style,
             method=cfg.method,
             max_staleness=cfg.max_staleness,
+            explorer_interval=cfg.explorer_sync_interval or 0,
+            trainer_interval=cfg.trainer_sync_interval or 0,
         )
+
+    @property
+    def explorer_every(self) -> int:
+        """Explorer steps between syncs under fully_async (explorer_sync_interval or sync_interval)."""
+        return self.explorer_interval or self.interval
+
+    @property
+    def trainer_every(self) -> int:
+        """Trainer steps between publishes under fully_async (trainer_sync_interval or sync_interval)."""
+        return self.trainer_interval or self.interval
 
 
 def is_explorer_sync_point(plan: Plan, step: int) -> bool:
@@ -87,6 +115,19 @@ def fixed_required_version(plan: Plan, step: int) -> int:
 def explorer_due(plan: Plan, step: int, last_sync_step: int) -> bool:
     """dynamic_by_explorer: has the explorer run `interval` steps since it last synced?"""
     return (step - 1) - last_sync_step >= plan.interval
+
+
+def async_check_due(plan: Plan, step: int, last_sync_step: int) -> bool:
+    """fully_async: does the explorer look for a newer version before `step`? (every
+    explorer_sync_interval steps since the step count at its last sync)"""
+    return (step - 1) - last_sync_step >= plan.explorer_every
+
+
+def async_due_next(plan: Plan, completed: int, last_sync_step: int) -> bool:
+    """fully_async under nccl: will an explorer that has completed `completed` steps check at its
+    next boundary (the one before step completed + 2, after the step it may be running now)?
+    Such explorers form the group of a version published now."""
+    return async_check_due(plan, completed + 2, last_sync_step)
 
 
 def trained_at(step: int, trainer_done: int) -> int:
@@ -113,6 +154,8 @@ def trainer_publishes(plan: Plan, step: int, last_published: int, requested: boo
         return True, f"step {step} % sync_interval {plan.interval} == 0"
     if plan.style == "dynamic_by_trainer" and step - last_published >= plan.interval:
         return True, f"{step - last_published} steps since version {last_published}"
+    if plan.style == "fully_async" and step - last_published >= plan.trainer_every:
+        return True, f"{step - last_published} steps since version {last_published} (trainer_sync_interval)"
     if requested:
         return True, "an explorer asked for a newer version"
     return False, "not a sync step"

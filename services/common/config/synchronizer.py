@@ -21,9 +21,23 @@ class SynchronizerConfig(Section):
     sync_timeout: float = Field(3600.0, gt=0)
     """Seconds any single wait of a sync may take before it fails loudly."""
     sync_style: Literal[
-        "fixed", "dynamic_by_trainer", "trainer_driven", "dynamic_by_explorer", "explorer_driven"
+        "fixed",
+        "dynamic_by_trainer",
+        "trainer_driven",
+        "dynamic_by_explorer",
+        "explorer_driven",
+        "fully_async",
     ] = "fixed"
-    """When syncs happen (trainer_driven / explorer_driven are Trinity's aliases)."""
+    """When syncs happen (trainer_driven / explorer_driven are Trinity's aliases). fully_async
+    (Trinity v0.6): the trainer publishes every trainer_sync_interval steps and trains on; each
+    explorer loads the newest version every explorer_sync_interval steps; nobody is held for a sync,
+    only by max_staleness."""
+    explorer_sync_interval: int | None = Field(None, ge=1)
+    """sync_style fully_async: explorer steps between its checks for a newer version (None:
+    sync_interval). Other styles accept only None or sync_interval."""
+    trainer_sync_interval: int | None = Field(None, ge=1)
+    """sync_style fully_async: trainer steps between publishes (None: sync_interval). Other styles
+    accept only None or sync_interval."""
     max_staleness: int | None = Field(None, ge=1)
     """Admission bound, in trainer steps: no explorer step s starts unless the version it holds is
     >= (step that will train it) - max_staleness; otherwise it waits for (or asks for) a newer
@@ -44,20 +58,49 @@ class SynchronizerConfig(Section):
     are not touched: see trainer.max_checkpoints_to_keep)."""
 
     @model_validator(mode="after")
+    def _split_intervals_only_fully_async(self) -> SynchronizerConfig:
+        if self.normalized_style == "fully_async":
+            return self
+        for key in ("explorer_sync_interval", "trainer_sync_interval"):
+            value = getattr(self, key)
+            if value is not None and value != self.sync_interval:
+                raise ValueError(
+                    f"synchronizer.{key} ({value}) differs from sync_interval ({self.sync_interval}): "
+                    f"only sync_style fully_async syncs trainer and explorer on separate intervals "
+                    f"(sync_style is {self.sync_style!r}); set sync_style: fully_async or drop {key}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _staleness_reachable(self) -> SynchronizerConfig:
         # With a schedule fixed by the trainer, versions appear only every sync_interval steps, so a
         # tighter bound would hold an explorer for a version that is never published.
         if (
             self.max_staleness is not None
             and self.normalized_style != "dynamic_by_explorer"
-            and self.max_staleness < self.sync_interval
+            and self.max_staleness < self.publish_interval
         ):
+            key = "trainer_sync_interval" if self.normalized_style == "fully_async" else "sync_interval"
             raise ValueError(
-                f"synchronizer.max_staleness ({self.max_staleness}) must be >= sync_interval "
-                f"({self.sync_interval}) with sync_style {self.sync_style!r}: versions are published only every "
-                "sync_interval steps; raise max_staleness or use sync_style dynamic_by_explorer"
+                f"synchronizer.max_staleness ({self.max_staleness}) must be >= {key} "
+                f"({self.publish_interval}) with sync_style {self.sync_style!r}: versions are published only "
+                f"every {key} steps; raise max_staleness or use sync_style dynamic_by_explorer"
             )
         return self
+
+    @property
+    def publish_interval(self) -> int:
+        """Trainer steps between publishes (trainer_sync_interval under fully_async)."""
+        if self.normalized_style == "fully_async":
+            return self.trainer_sync_interval or self.sync_interval
+        return self.sync_interval
+
+    @property
+    def check_interval(self) -> int:
+        """Explorer steps between syncs (explorer_sync_interval under fully_async)."""
+        if self.normalized_style == "fully_async":
+            return self.explorer_sync_interval or self.sync_interval
+        return self.sync_interval
 
     @property
     def method(self) -> Literal["nccl", "checkpoint"]:

@@ -240,6 +240,15 @@ TRINITY_KEYS.update(
         "explorer.over_rollout.ratio": inert("0 only: every step waits for all its tasks here", 0, 0.0),
         "explorer.over_rollout.wait_after_min": inert("used with over_rollout.ratio > 0, refused here"),
         "explorer.over_rollout": inert("see over_rollout.ratio", {}),
+        "explorer.over_rollout.return_partial_tasks": inert(
+            "Trinity v0.6; false only: with over_rollout.ratio 0 no task is cut short, so none is partial",
+            False,
+        ),
+        "explorer.max_inflight_batches": inert(
+            "Trinity v0.6 (fully_async); 1 only: an explorer runs one step at a time (a restarted one "
+            "replays only its last batch); run more explorers for more batches in flight",
+            1,
+        ),
         "explorer.dynamic_timeout.enable": inert("false only: the timeout is explorer.max_timeout", False),
         "explorer.dynamic_timeout.ratio": inert("used with dynamic_timeout.enable, refused here"),
         "explorer.dynamic_timeout": inert("see dynamic_timeout.enable", {}),

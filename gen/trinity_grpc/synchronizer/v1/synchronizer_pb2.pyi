@@ -58,6 +58,8 @@ class SyncPlan(_message.Message):
     SYNC_STYLE_FIELD_NUMBER: _builtins.int
     SYNC_METHOD_FIELD_NUMBER: _builtins.int
     MAX_STALENESS_FIELD_NUMBER: _builtins.int
+    EXPLORER_SYNC_INTERVAL_FIELD_NUMBER: _builtins.int
+    TRAINER_SYNC_INTERVAL_FIELD_NUMBER: _builtins.int
     sync_interval: _builtins.int
     """Steps between syncs, >= 1."""
     sync_offset: _builtins.int
@@ -65,11 +67,15 @@ class SyncPlan(_message.Message):
     sync_timeout: _builtins.float
     """Seconds any wait of a sync may take."""
     sync_style: _builtins.str
-    """"fixed", "dynamic_by_trainer" or "dynamic_by_explorer"."""
+    """"fixed", "dynamic_by_trainer", "dynamic_by_explorer" or "fully_async"."""
     sync_method: _builtins.str
     """"nccl" or "checkpoint"."""
     max_staleness: _builtins.int
     """Largest allowed (trainer step - generating version) of trained data; 0 means unbounded."""
+    explorer_sync_interval: _builtins.int
+    """fully_async: explorer steps between the explorer's checks for a newer version; 0 means sync_interval."""
+    trainer_sync_interval: _builtins.int
+    """fully_async: trainer steps between publishes; 0 means sync_interval."""
     def __init__(
         self,
         *,
@@ -79,10 +85,12 @@ class SyncPlan(_message.Message):
         sync_style: _builtins.str = ...,
         sync_method: _builtins.str = ...,
         max_staleness: _builtins.int = ...,
+        explorer_sync_interval: _builtins.int = ...,
+        trainer_sync_interval: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_staleness", b"max_staleness", "sync_interval", b"sync_interval", "sync_method", b"sync_method", "sync_offset", b"sync_offset", "sync_style", b"sync_style", "sync_timeout", b"sync_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["explorer_sync_interval", b"explorer_sync_interval", "max_staleness", b"max_staleness", "sync_interval", b"sync_interval", "sync_method", b"sync_method", "sync_offset", b"sync_offset", "sync_style", b"sync_style", "sync_timeout", b"sync_timeout", "trainer_sync_interval", b"trainer_sync_interval"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

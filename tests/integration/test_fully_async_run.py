@@ -1,0 +1,78 @@
+"""`trinity run` with synchronizer.sync_style fully_async on the builtin tiny model: the trainer
+publishes after every step and trains on; the explorer loads the newest version every 2 steps; with
+max_staleness 2 every trained row's version is >= (the step that trained it) - 2, and summary.json's
+counters add up (written = trained + buffered + dropped). Two explorers as processes are covered by
+tests/integration/test_sync_processes.py (trinity run starts one explorer)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import pytest
+import yaml
+
+from services.tasks.arith import ArithSpec, generate, write_jsonl
+from tests.conftest import TRINITY
+
+pytestmark = pytest.mark.slow
+PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
+BATCH, REPEAT, STEPS, MAX_STALENESS = 2, 2, 5, 2
+
+
+@pytest.mark.timeout(600)
+def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "tasks.jsonl"
+    write_jsonl(generate(ArithSpec(digits=2), 32, seed=3), data)
+    cfg = {
+        "project": "fa",
+        "name": "run",
+        "checkpoint_root_dir": str(tmp_path / "runs"),
+        "model": {"model_path": "builtin:tiny-arith", "max_prompt_tokens": 8, "max_response_tokens": 4},
+        "algorithm": {"algorithm_type": "grpo", "repeat_times": REPEAT, "optimizer": {"lr": 1e-4}},
+        "buffer": {
+            "batch_size": BATCH,
+            "total_steps": STEPS,
+            "explorer_input": {
+                "taskset": {
+                    "name": "tasks",
+                    "path": str(data),
+                    "format": {"prompt_key": "question", "response_key": "answer"},
+                    "default_workflow_type": "arith_workflow",
+                }
+            },
+            "trainer_input": {"experience_buffer": {"name": "rollouts", "storage_type": "queue"}},
+        },
+        "explorer": {"eval_on_startup": False},
+        "synchronizer": {
+            "sync_style": "fully_async",
+            "sync_method": "checkpoint",
+            "sync_interval": 1,
+            "explorer_sync_interval": 2,
+            "max_staleness": MAX_STALENESS,
+        },
+        "monitor": {"monitor_type": "none"},
+        "services": {**PORTS, "shutdown_grace_s": 3},
+    }
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    done = subprocess.run(
+        [str(TRINITY), "run", "--config", str(config)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "fa" / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())["stages"][0]
+    assert summary["status"] == "complete" and summary["steps"] == STEPS
+    steps = [json.loads(line) for line in (run_dir / "trainer" / "progress.jsonl").read_text().splitlines()]
+    # staleness/max = (weights' version before the step) - oldest row version = step - 1 - oldest
+    for record in steps:
+        lag = record["metrics"]["staleness/max"] + 1  # training step - oldest version
+        assert lag <= MAX_STALENESS, record
+    counts = summary["experiences"]
+    assert counts["written"] == counts["trained"] + counts["buffered"] + sum(counts["dropped"].values())
+    assert counts["trained"] == STEPS * BATCH * REPEAT
