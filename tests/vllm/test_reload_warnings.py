@@ -61,12 +61,18 @@ def tied_engine(tied_llama: tuple[pathlib.Path, torch.nn.Module]) -> Iterator[VL
 
 
 class _Records(logging.Filter):
+    """Each record once, however many handlers it passes (vLLM's logger may hold several after other
+    tests configured logging in this process)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.messages: list[str] = []
+        self._records: list[logging.LogRecord] = []  # kept alive, so identity stays unique
 
     def filter(self, record: logging.LogRecord) -> bool:
-        self.messages.append(record.getMessage())
+        if not any(seen is record for seen in self._records):
+            self._records.append(record)
+            self.messages.append(record.getMessage())
         return True
 
 
