@@ -7,25 +7,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 
 import pytest
-import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
-from tests.conftest import TRINITY
+from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
 pytestmark = pytest.mark.slow
-PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
-
-
-def trinity_run(config: pathlib.Path, *overrides: str) -> str:
-    args = [str(TRINITY), "run", "--config", str(config)]
-    for item in overrides:
-        args += ["--set", item]
-    done = subprocess.run(args, cwd=config.parent, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 @pytest.mark.timeout(600)
@@ -70,10 +58,9 @@ def test_train_then_bench_then_explore_on_one_run(tmp_path: pathlib.Path) -> Non
         "monitor": {"monitor_type": "none"},
         "services": {**PORTS, "shutdown_grace_s": 3},
     }
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    config = write_run_config(cfg, tmp_path / "config.yaml")
     run_dir = tmp_path / "runs" / "modes" / "run"
-    summary = lambda: {s["name"]: s for s in json.loads((run_dir / "summary.json").read_text())["stages"]}  # noqa: E731
+    summary = lambda: {s["name"]: s for s in stages(run_dir)}  # noqa: E731
 
     trinity_run(config, "mode=train")
     train = summary()["run:train"]

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import textwrap
 from typing import Any
 
 import pytest
-import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
-from tests.conftest import TRINITY
+from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
 pytestmark = pytest.mark.slow
-PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
 BATCH, REPEAT, STEPS = 2, 4, 3
 
 PLUGIN = textwrap.dedent("""
@@ -107,13 +104,10 @@ def dapo_run(
     (plugins / "flat.py").write_text(PLUGIN)
     if kill_at:
         (plugins / "kill_at").write_text(str(kill_at))
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(_config(tmp_path, data, plugins, **sync), sort_keys=False))
-    args = [str(TRINITY), "run", "--config", str(config), *(a for o in overrides for a in ("--set", o))]
-    done = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=420)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    config = write_run_config(_config(tmp_path, data, plugins, **sync), tmp_path / "config.yaml")
+    output = trinity_run(config, *overrides, timeout=420)
     run_dir = tmp_path / "runs" / "dapo" / "run"
-    return json.loads((run_dir / "summary.json").read_text())["stages"][0], run_dir, done.stdout + done.stderr
+    return stages(run_dir)[0], run_dir, output
 
 
 def explore_steps(run_dir: pathlib.Path) -> list[dict[str, Any]]:

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 
 import pytest
-import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
-from tests.conftest import TRINITY
+from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
 pytestmark = pytest.mark.slow
-PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
 BATCH, REPEAT, STEPS, MAX_STALENESS = 2, 2, 5, 2
 
 
@@ -55,18 +52,9 @@ def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Pat
         "monitor": {"monitor_type": "none"},
         "services": {**PORTS, "shutdown_grace_s": 3},
     }
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    done = subprocess.run(
-        [str(TRINITY), "run", "--config", str(config)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=540,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trinity_run(write_run_config(cfg, tmp_path / "config.yaml"))
     run_dir = tmp_path / "runs" / "fa" / "run"
-    summary = json.loads((run_dir / "summary.json").read_text())["stages"][0]
+    summary = stages(run_dir)[0]
     assert summary["status"] == "complete" and summary["steps"] == STEPS
     steps = [json.loads(line) for line in (run_dir / "trainer" / "progress.jsonl").read_text().splitlines()]
     # staleness/max = (weights' version before the step) - oldest row version = step - 1 - oldest

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import json
 import pathlib
-import subprocess
 import textwrap
 from typing import Any
 
 import pytest
-import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
-from tests.conftest import TRINITY
+from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
 pytestmark = pytest.mark.slow
-PORTS = {svc: {"port": 0} for svc in ("buffer", "synchronizer", "trainer", "explorer")}
 BATCH = 4
 
 PLUGIN = textwrap.dedent("""
@@ -119,18 +116,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "markers.py").write_text(PLUGIN)
-    config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(_config(tmp_path, data, plugins), sort_keys=False))
-    done = subprocess.run(
-        [str(TRINITY), "run", "--config", str(config)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trinity_run(write_run_config(_config(tmp_path, data, plugins), tmp_path / "config.yaml"), timeout=300)
     run_dir = tmp_path / "runs" / "resolution" / "run"
-    summary = json.loads((run_dir / "summary.json").read_text())["stages"][0]
+    summary = stages(run_dir)[0]
     evals = [json.loads(line) for line in (run_dir / "eval" / "results.jsonl").read_text().splitlines()]
     scores: dict[str, float] = {}
     for line in evals:
