@@ -9,7 +9,9 @@ Trainer phases: `wait_read` (waiting for a batch and reading it: one blocking Re
 `prepare` (old/reference logprobs, values, advantages), `forward_backward`, `optimizer`,
 `journal` (the replay journal), `ack`, `publish` (weights to the synchronizer).
 Explorer phases: `read_tasks`, `sync` (waiting for and loading weights), `rollout` (generation and
-reward of the whole task batch), `write` (experiences to the buffer), `eval`.
+reward of the whole task batch, with the groups written to the buffer meanwhile: streaming writes,
+services/explorer/writes.py), `write` (what is written after a batch's last rollout: the groups
+of a batch-level experience pipeline), `eval`.
 """
 
 from __future__ import annotations

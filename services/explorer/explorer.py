@@ -6,10 +6,11 @@ One step:
    killed midway is redone, not lost. Step = batch_index + 1.
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
 3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
-4. Experience pipeline (filters, shaping, optional group advantages). With dynamic sampling
-   (dapo_dynamic_sampling) 3-4 repeat on further task batches of the same step until it has
+4-5. Experience pipeline (filters, shaping, optional group advantages). With dynamic sampling
+   (dapo_dynamic_sampling) 3-5 repeat on further task batches of the same step until it has
    buffer.batch_size groups (refill.py; the buffer hands them as extensions of the step's batch).
-5. Write to the experience buffer in chunks with idempotency keys from (explorer, step, chunk).
+   Each group (one task's rollouts) goes through the pipeline and to the experience buffer as soon
+   as it is complete, under idempotency keys from (explorer, step, round, group) (writes.py).
 6. Pass-rate feedback for difficulty-based task selection; metrics to the monitor; a log line;
    the step's timings and pipeline drops to <run dir>/explorer/progress-<name>.jsonl.
 Eval runs at start (eval_on_startup, fresh runs only) and every eval_interval steps. At end of
@@ -26,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 from services.common.config.schema import TrinityConfig
-from services.common.errors import AlreadyExists, InvalidArgument
+from services.common.errors import InvalidArgument
 from services.common.experience import Experience
 from services.common.experience import Task as WireTask
 from services.common.logging import get_logger
@@ -35,12 +36,13 @@ from services.explorer.eval import Evaluator
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.pipeline.input_log import PipelineInputLog
 from services.explorer.pipeline.step_wise import explorer_side_advantage
-from services.explorer.refill import RolloutRow, Round, sample_step
+from services.explorer.refill import Round, sample_step
 from services.explorer.rewards import REWARD_FUNCTIONS
 from services.explorer.runner import UnitResult, WorkflowRunner
 from services.explorer.step_metrics import pass_rates, rollout_metrics
 from services.explorer.weight_sync import WeightSync
 from services.explorer.workflows import WORKFLOWS, Task
+from services.explorer.writes import GroupWriter, RoundWrites, StepBudget
 
 log = get_logger("explorer")
 WRITE_CHUNK = 256
@@ -106,16 +108,42 @@ class Explorer:
             reader_id=f"{self.name}-eval",
             batch_size=max(cfg.buffer.batch_size, runner.slots),  # eval tasks fill every runner
         )
+        self.writer = GroupWriter(
+            buffer,
+            buffer_name=self.experience_buffer,
+            explorer=self.name,
+            taskset=self.taskset.name if self.taskset else "",
+            chunk=min(WRITE_CHUNK, cfg.buffer.max_batch_items),
+        )
+        if self.pipeline.batch_level:
+            log.info(
+                "streaming_writes_off",
+                operators=self.pipeline.batch_level,
+                why="these operators see a whole batch of tasks: groups are written after the batch",
+            )
         self.step = 0
         self.state = "starting"
-        self.written = 0
-        self.replayed_step = 0  # the step this process ran again for a killed predecessor (repeat_last)
         self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
         self.last_dropped: Counter[str] = Counter()  # the last step's pipeline drops, by reason
         self.refill_read_s = 0.0  # the step's extension reads (refill), part of its read_tasks time
+        self.write_tail_s = 0.0  # the step's writes after its rounds' last rollouts (not streamed)
         self.last_eval: dict[str, float] = {}  # the latest eval scores ("eval/<taskset>/<metric>")
         self.last_eval_step = -1
+
+    @property
+    def written(self) -> int:
+        """Experiences this process wrote (not counting those a killed predecessor had written)."""
+        return self.writer.written
+
+    @property
+    def replayed_step(self) -> int:
+        """The step this process ran again for a killed predecessor (repeat_last); 0: none."""
+        return self.writer.replayed_step
+
+    @replayed_step.setter
+    def replayed_step(self, step: int) -> None:
+        self.writer.replayed_step = step
 
     @property
     def model_version(self) -> int:
@@ -188,25 +216,45 @@ class Explorer:
             "explorer_finished", steps=self.step, experiences=self.written, model_version=self.model_version
         )
 
-    async def run_round(self, step: int, wire_tasks: list[WireTask], index: int) -> Round:
-        """Roll out one batch of the step's tasks and put it through the pipeline. Round i > 0 of
-        a refilled step files its groups apart (`<step>.<i>`): a task read twice is two groups."""
+    async def run_round(self, step: int, wire_tasks: list[WireTask], index: int, budget: StepBudget) -> Round:
+        """Roll out one batch of the step's tasks; each group goes through the pipeline and to the
+        buffer as soon as its rollouts are done (writes.py). Round i > 0 of a refilled step files
+        its groups apart (`<step>.<i>`): a task read twice is two groups."""
         t0 = time.perf_counter()
-        results = await self.runner.run_tasks([self.resolve(w, step) for w in wire_tasks])
-        seconds = time.perf_counter() - t0
         label = f"{step}.{index}" if index else str(step)
-        exps: list[Experience] = []
-        for result in results:
-            for exp in result.experiences:
-                exp.group_id = f"{self.name}/{label}/{result.task.taskset}/{exp.task_id}"
-                exp.batch_id, exp.producer = step, self.name
-                exps.append(exp)
-        rows = [RolloutRow.of(e) for e in exps]
-        if self.input_log is not None:
-            await asyncio.to_thread(self.input_log.append, step, exps)
-        return Round(results, rows, self.pipeline.run(exps), seconds)
+        log_input = self.input_log
 
-    async def refill_round(self, step: int, index: int) -> Round | None:
+        async def append_input(exps: list[Experience]) -> None:
+            assert log_input is not None
+            await asyncio.to_thread(log_input.append, step, exps)
+
+        writes = RoundWrites(
+            self.pipeline,
+            self.writer,
+            step=step,
+            round_index=index,
+            budget=budget,
+            input_log=append_input if log_input is not None else None,
+        )
+
+        async def group_done(task_index: int, results: list[UnitResult]) -> None:
+            exps: list[Experience] = []
+            for result in results:
+                for exp in result.experiences:
+                    exp.group_id = f"{self.name}/{label}/{result.task.taskset}/{exp.task_id}"
+                    exp.batch_id, exp.producer = step, self.name
+                    exps.append(exp)
+            await writes.group_done(task_index, exps)
+
+        tasks = [self.resolve(w, step) for w in wire_tasks]
+        results = await self.runner.run_tasks(tasks, on_task=group_done)
+        seconds = time.perf_counter() - t0  # with the writes streamed while tasks still ran
+        t_write = time.perf_counter()
+        output = await writes.finish()
+        self.write_tail_s += time.perf_counter() - t_write
+        return Round(results, writes.rows, output, seconds)
+
+    async def refill_round(self, step: int, index: int, budget: StepBudget) -> Round | None:
         """Round `index` of step `step` on the next tasks of the step's batch; None: the taskset ended."""
         assert self.taskset is not None
         t0 = time.perf_counter()
@@ -214,24 +262,23 @@ class Explorer:
             self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
         )
         self.refill_read_s += time.perf_counter() - t0
-        return await self.run_round(step, more.tasks, index) if more.tasks else None
+        return await self.run_round(step, more.tasks, index, budget) if more.tasks else None
 
     async def explore_step(
         self, step: int, wire_tasks: list[WireTask], extra: dict[str, float] | None = None
     ) -> dict[str, float]:
         self.state = "exploring"
-        t0, self.refill_read_s = time.perf_counter(), 0.0
+        t0, self.refill_read_s, self.write_tail_s = time.perf_counter(), 0.0, 0.0
+        budget = StepBudget(self.cfg.buffer.batch_size if self.pipeline.refills else None)
         sampled = await sample_step(
-            await self.run_round(step, wire_tasks, 0),
-            more=lambda index: self.refill_round(step, index),
+            await self.run_round(step, wire_tasks, 0, budget),
+            more=lambda index: self.refill_round(step, index, budget),
             wanted=self.cfg.buffer.batch_size,
             max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
             step=step,
         )
         exps = sampled.experiences
         metrics = rollout_metrics(sampled.results, sampled.rows, sampled.rollout_seconds)
-        t_write = time.perf_counter()
-        await self.write(step, exps)
         metrics.update(sampled.metrics)
         metrics.update(extra or {})
         metrics.update(
@@ -239,7 +286,7 @@ class Explorer:
                 "time/read_tasks_s": metrics.get("time/read_tasks_s", 0.0) + self.refill_read_s,
                 "rollout/model_version": float(self.model_version),
                 "rollout/written": float(len(exps)),
-                "time/write_s": time.perf_counter() - t_write,
+                "time/write_s": self.write_tail_s,
                 "time/step_s": time.perf_counter() - t0,
                 "memory/peak_rss_mb": peak_rss_mb(),
             }
@@ -259,28 +306,6 @@ class Explorer:
             **({"gen_batches": len(sampled.rounds)} if len(sampled.rounds) > 1 else {}),
         )
         return metrics
-
-    async def write(self, step: int, exps: list[Experience]) -> None:
-        """Chunks with deterministic idempotency keys: a retry or a replayed step writes nothing twice.
-
-        A replayed step's rollouts differ from those its killed predecessor wrote under the same
-        keys (sampling), which the buffer refuses (AlreadyExists): the predecessor's chunks stand
-        and the rerun's copies of them are dropped. Outside a replay that error is a real key clash
-        (two explorers with one name) and is raised."""
-        chunk = min(WRITE_CHUNK, self.cfg.buffer.max_batch_items)
-        for part, start in enumerate(range(0, len(exps), chunk)):
-            key = f"{self.name}:{self.taskset.name if self.taskset else ''}:step{step}:part{part}"
-            exps_part = exps[start : start + chunk]
-            try:
-                await self.buffer.write(
-                    self.experience_buffer, exps_part, idempotency_key=key, writer_id=self.name
-                )
-            except AlreadyExists:
-                if step != self.replayed_step:
-                    raise
-                log.warning("replayed_chunk_written_before", step=step, part=part, dropped=len(exps_part))
-                continue
-            self.written += len(exps_part)
 
     async def report_feedback(self, results: list[UnitResult]) -> None:
         if self.taskset is None or self.taskset.selector.selector_type != "difficulty_based":

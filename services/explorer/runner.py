@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,24 +154,36 @@ class WorkflowRunner:
     def wrappers(self) -> list[Any]:
         return [slot.wrapper for slot in self._all]
 
-    async def run_tasks(self, tasks: list[Task]) -> list[UnitResult]:
+    async def run_tasks(
+        self,
+        tasks: list[Task],
+        on_task: Callable[[int, list[UnitResult]], Awaitable[None]] | None = None,
+    ) -> list[UnitResult]:
         """Every task's units, concurrently; results in task order (repeats in order).
 
         A workflow that samples all repeats in one run gets them in chunks of at most
         max_repeat_times_per_runner (Trinity's key), each chunk on its own runner; run ids continue
         across a task's chunks (0..repeat_times-1), so the group is the same as unsplit.
+        `on_task(i, results)` is awaited as soon as task i's units are all done (its whole group),
+        while the other tasks go on: the explorer writes each group then (streaming writes).
         """
-        units: list[tuple[Task, int | None, int]] = []  # (task, run index, run-id offset of a chunk)
-        for task in tasks:
+
+        async def one_task(index: int, task: Task) -> list[UnitResult]:
+            units: list[tuple[Task, int | None, int]] = []  # (task, run index, run-id offset of a chunk)
             if getattr(task.workflow, "can_repeat", False):
                 units.extend((chunk, None, offset) for chunk, offset in self._chunks(task))
             else:
                 units.extend((task, i, 0) for i in range(task.repeat_times))
-        results = list(await asyncio.gather(*(self.run_unit(t, i) for t, i, _ in units)))
-        for result, (_task, _index, offset) in zip(results, units, strict=True):
-            for exp in result.experiences:
-                exp.run_id += offset
-        return results
+            results = list(await asyncio.gather(*(self.run_unit(t, i) for t, i, _ in units)))
+            for result, (_task, _index, offset) in zip(results, units, strict=True):
+                for exp in result.experiences:
+                    exp.run_id += offset
+            if on_task is not None:
+                await on_task(index, results)
+            return results
+
+        per_task = await asyncio.gather(*(one_task(i, task) for i, task in enumerate(tasks)))
+        return [result for results in per_task for result in results]
 
     def _chunks(self, task: Task) -> list[tuple[Task, int]]:
         most = self.max_repeat_times_per_runner

@@ -71,6 +71,9 @@ class GenerationOutput:
     response_ids: np.ndarray  # int64 [R]
     logprobs: np.ndarray  # float32 [R]
     finish_reason: str = "length"  # "stop" (EOS) or "length" (max_tokens)
+    token_versions: np.ndarray | None = None
+    """int64 [R]: the model version that sampled each response token, where the engine records it
+    (partial rollouts: weights changed between two tokens); None: one version for all."""
 
 
 class InferenceEngine(ABC):
@@ -175,6 +178,25 @@ class BatchingEngine:
 
     async def update_weights_async(self, fn: Callable[[InferenceEngine], Any]) -> Any:
         return await asyncio.to_thread(self.with_weights_locked, fn)
+
+    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Partial rollouts: load weights between two tokens of the batch generating now (it goes
+        on under them), or at once when none is; returns when they are in. For engines with
+        `push_weights` (TransformersEngine); others load them between batches (with_weights_locked)."""
+        push = getattr(self.engine, "push_weights", None)
+        if push is None:
+            self.with_weights_locked(lambda engine: engine.update_weights(named_tensors))
+            return
+        done = push(version, named_tensors)
+        while not done.wait(0.01):
+            if self._lock.acquire(blocking=False):  # no batch generating: load them here
+                try:
+                    self.engine.apply_pending_weights()  # type: ignore[attr-defined]
+                finally:
+                    self._lock.release()
+
+    async def push_weights_async(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        await asyncio.to_thread(self.push_weights, version, named_tensors)
 
     async def score_async(self, sequences: list[list[int]], temperature: float = 1.0) -> list[np.ndarray]:
         """Teacher logprobs of whole sequences (InferenceEngine.score_batch), between generation batches."""

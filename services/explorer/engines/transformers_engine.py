@@ -4,13 +4,20 @@ A hand-written loop rather than `model.generate` (with an implicit GenerationCon
 add top_k=50): it makes sampling explicit (temperature, then top-k, then top-p; logprobs are
 taken under the tempered distribution, see sample_tokens), masks after the first EOS, and costs nothing per step beyond one forward pass. Prompts are left-padded; position
 ids come from the attention mask so padding does not shift positions.
+
+Partial rollouts (`push_weights`): weights that arrive while a batch is generating are loaded
+between two tokens, and the in-flight sequences go on under them instead of being discarded. The
+KV cache of the tokens so far is recomputed with the new weights (one prefill), so every token
+sampled after the switch, and its logprob, is exactly the new policy's given the tokens before it;
+each output records the version of each of its tokens (GenerationOutput.token_versions).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -86,6 +93,31 @@ class TransformersEngine(InferenceEngine):
         # run and goes in 5.40); the older transformers of .venv-vllm (vLLM's CPU build) has only the old one
         forward = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        self.model_version = 0
+        """The version of the weights loaded (push_weights sets it; 0 until a versioned load)."""
+        self._pending: list[tuple[int, list[tuple[str, Any]], threading.Event]] = []
+        self._pending_lock = threading.Lock()
+        self.before_token: Callable[[int], None] | None = None
+        """Test hook: called with the token index before each decoding step of a batch."""
+
+    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> threading.Event:
+        """Queue weights to load at the next token boundary of the generating batch (partial
+        rollouts); the event is set once they are in. With no batch generating, the caller loads
+        them with apply_pending_weights under the engine's lock (BatchingEngine.push_weights_async)."""
+        done = threading.Event()
+        with self._pending_lock:
+            self._pending.append((int(version), list(named_tensors), done))
+        return done
+
+    def apply_pending_weights(self) -> bool:
+        """Load the queued weights, if any (the newest last); True when weights changed."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
+        for version, tensors, done in pending:
+            copy_into_module(self.model, tensors)
+            self.model_version = version
+            done.set()
+        return bool(pending)
 
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams
@@ -120,8 +152,17 @@ class TransformersEngine(InferenceEngine):
         logprobs = torch.zeros((batch, params.max_tokens), dtype=torch.float32, device=self.device)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         lengths = torch.full((batch,), params.max_tokens, dtype=torch.long, device=self.device)
+        versions = torch.zeros((batch, params.max_tokens), dtype=torch.long)
         past, step_ids, step_pos, steps = None, input_ids, positions, 0
         for t in range(params.max_tokens):
+            if self.before_token is not None:
+                self.before_token(t)
+            if t > 0 and self.apply_pending_weights():
+                # the cache holds the old weights' keys and values: prefill prompt + tokens so far again
+                past = None
+                step_ids = torch.cat([input_ids, tokens[:, :t]], dim=1)
+                step_pos = (attention.cumsum(-1) - 1).clamp(min=0)
+            versions[:, t] = self.model_version
             out = self.model(
                 input_ids=step_ids,
                 attention_mask=attention,
@@ -152,6 +193,7 @@ class TransformersEngine(InferenceEngine):
                 response_ids=tokens_np[row, : lengths_np[row]].astype(np.int64),
                 logprobs=logprobs_np[row, : lengths_np[row]].astype(np.float32),
                 finish_reason="stop" if finished_np[row] else "length",
+                token_versions=versions[row, : lengths_np[row]].numpy(),
             )
             for row in range(batch)
         ]

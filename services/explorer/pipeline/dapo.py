@@ -35,6 +35,8 @@ RESPONSE_TRUNCATED = "response_truncated"
 class DAPODynamicSampling(ExperienceOperator):
     """Drop the groups whose rollouts are all correct or all wrong (see the module docstring)."""
 
+    group_local = True
+
     refill = True
 
     def __init__(self, metric_key: str = "accuracy", correct_threshold: float = 0.0) -> None:
@@ -80,6 +82,8 @@ def is_response_truncated(exp: Experience) -> bool:
 
 class MaskResponseTruncated(ExperienceOperator):
     """Zero the action mask of every truncated response (see the module docstring)."""
+
+    group_local = True
 
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         masked = 0

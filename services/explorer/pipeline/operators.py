@@ -53,6 +53,13 @@ class ExperienceOperator(ABC):
     """True for dynamic sampling: the explorer reads further tasks within the step to replace the
     groups the pipeline drops (explorer.max_num_gen_batches; services/explorer/refill.py)."""
 
+    group_local: bool = False
+    """True when the operator's output for a group depends on that group's experiences alone (a
+    per-experience or per-group operator): the explorer then runs the pipeline on each group as
+    soon as it is complete and writes it at once (services/explorer/writes.py). False (the default,
+    so a user operator that looks at the whole step keeps seeing it): the explorer runs the pipeline
+    once per batch of tasks, after the last group, and writes then."""
+
     @abstractmethod
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         """Transform the experiences of one explorer step; return them with metrics for logging."""
@@ -68,6 +75,8 @@ def group_by_id(exps: list[Experience]) -> dict[str, list[Experience]]:
 class RewardFilter(ExperienceOperator):
     """Keep experiences whose reward is >= threshold."""
 
+    group_local = True
+
     def __init__(self, threshold: float = 0.0) -> None:
         self.threshold = threshold
 
@@ -78,6 +87,8 @@ class RewardFilter(ExperienceOperator):
 
 class RewardSTDFilter(ExperienceOperator):
     """Drop whole groups whose reward std is <= threshold (equal rewards carry no GRPO signal)."""
+
+    group_local = True
 
     def __init__(self, threshold: float = 0.0) -> None:
         self.threshold = threshold
@@ -100,6 +111,8 @@ class RewardSTDFilter(ExperienceOperator):
 class InvalidRewardFilter(ExperienceOperator):
     """Drop experiences whose reward is missing, NaN or infinite."""
 
+    group_local = True
+
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         kept = [e for e in exps if e.reward is not None and math.isfinite(e.reward)]
         return kept, {"filtered_count": float(len(exps) - len(kept))}
@@ -114,6 +127,8 @@ class PassRateCalculator(ExperienceOperator):
     only measures: tasks, mean pass rate, and the shares of tasks all solved, all failed, and in
     between (`valid_ratio`: the tasks whose group carries a learning signal).
     """
+
+    group_local = True
 
     def process(self, exps: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         rates = []
@@ -159,6 +174,8 @@ class RewardShapingMapper(ExperienceOperator):
     value is looked up in exp.metrics, then exp.info; an experience without it is left unchanged.
     """
 
+    group_local = True
+
     def __init__(self, reward_shaping_configs: list[dict[str, Any]] | None = None) -> None:
         self.configs = reward_shaping_configs or []
         for i, cfg in enumerate(self.configs):
@@ -191,6 +208,8 @@ class GroupAdvantage(ExperienceOperator):
     A group of one has mean 0 and std 1, as the trainer's `grpo` advantage fn (and Trinity's):
     the row keeps its raw reward as advantage instead of a silent 0.
     """
+
+    group_local = True
 
     def __init__(self, epsilon: float = 1e-6, std_normalize: bool = True) -> None:
         self.epsilon = epsilon
@@ -263,6 +282,11 @@ class ExperiencePipeline:
     def refills(self) -> bool:
         """Whether an operator asks for dynamic sampling's refill (ExperienceOperator.refill)."""
         return any(op.refill for _, op in self.operators)
+
+    @property
+    def batch_level(self) -> list[str]:
+        """The operators that must see a whole batch of tasks (not ExperienceOperator.group_local)."""
+        return [name for name, op in self.operators if not op.group_local]
 
     @classmethod
     def from_config(cls, specs: list[Any]) -> ExperiencePipeline:

@@ -35,6 +35,8 @@ class StepWiseGRPO(ExperienceOperator):
         std_threshold: float | None = None,
     ) -> None:
         check_std_cal_level(std_cal_level)  # at start-up, not at the first step
+        # "batch" normalizes by the std over the whole step: the pipeline must see every group
+        self.group_local = std_cal_level != "batch"
         self.args: dict[str, Any] = {
             "epsilon": epsilon,
             "enable_step_norm": enable_step_norm,

@@ -139,14 +139,16 @@ async def test_a_replayed_step_keeps_the_chunks_its_killed_predecessor_wrote(par
     buffer = FakeBuffer({"arith": rows, "eval_arith": rows[:1]})
     buffer.cursors[("arith", "explorer")] = buffer.previous[("arith", "explorer")] = 3  # handed batch 2
     mine = Experience(tokens=np.arange(3, dtype=np.int32), prompt_length=1, model_version=0, task_id="old")
-    await buffer.write("experience_buffer", [mine], idempotency_key="explorer:arith:step2:part0")
+    for group in range(3):  # the predecessor wrote step 2's groups (one row each here)
+        key = f"explorer:arith:step2:round0:group{group}:part0"
+        await buffer.write("experience_buffer", [mine], idempotency_key=key)
     explorer, *_ = parts(cfg, buffer)
     await explorer.run()
-    assert [e.task_id for e in buffer.written["experience_buffer"]] == ["old"]  # step 2 was written
+    assert [e.task_id for e in buffer.written["experience_buffer"]] == ["old"] * 3  # step 2 was written
     assert explorer.replayed_step == 2 and explorer.written == 0
     explorer.replayed_step = 0  # outside a replay the same clash is a bug (two explorers, one name)
     with pytest.raises(AlreadyExists):
-        await explorer.write(2, [mine, mine])
+        await explorer.writer.write(2, 0, 0, [mine, mine])
 
 
 async def test_weight_update_changes_generation(parts, tmp_path):
