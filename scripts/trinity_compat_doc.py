@@ -122,6 +122,14 @@ def render_compat() -> list[str]:
 
 
 TRINITY_KEYS_FILE = EXAMPLES.parent / "trinity_v052_keys.txt"
+TRINITY_V06_KEYS_FILE = EXAMPLES.parent / "trinity_v06_keys.txt"
+
+
+def trinity_keys(path: pathlib.Path = TRINITY_KEYS_FILE) -> list[str]:
+    """The key paths of one of the key lists (tests/data/trinity_v052_keys.txt or trinity_v06_keys.txt)."""
+    return [
+        line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def our_key_paths() -> tuple[set[str], set[str]]:
@@ -149,8 +157,8 @@ def our_key_paths() -> tuple[set[str], set[str]]:
     return paths, leaves
 
 
-def schema_gap() -> tuple[list[str], int]:
-    """(Trinity v0.5.2 user-facing keys with no meaning here, number of Trinity keys).
+def schema_gap(keys_file: pathlib.Path = TRINITY_KEYS_FILE) -> tuple[list[str], int]:
+    """(Trinity user-facing keys of `keys_file` with no meaning here, number of its keys).
 
     A key has a meaning when our schema has it, when services/common/config/trinity_keys.py lists it
     (or a pattern there matches it), or when one of its parents is a free-form leaf of ours (a dict
@@ -158,11 +166,7 @@ def schema_gap() -> tuple[list[str], int]:
     """
     from services.common.config.trinity_keys import meaning_of
 
-    keys = [
-        line.strip()
-        for line in TRINITY_KEYS_FILE.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    keys = trinity_keys(keys_file)
     paths, leaves = our_key_paths()
 
     def known(key: str) -> bool:

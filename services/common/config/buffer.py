@@ -34,7 +34,11 @@ class FormatConfig(Section):
     """SFT on messages rows: train on every assistant turn of the conversation (one sequence, the
     other turns masked out) instead of the last assistant turn only."""
     chat_template: str | None = None
-    """Chat template overriding model.custom_chat_template."""
+    """Chat template of the messages rows the trainer reads (SFT / DPO datasets), overriding
+    model.custom_chat_template (and the tokenizer's)."""
+    enable_thinking: bool | None = None
+    """The chat template's enable_thinking switch for the messages rows the trainer reads (SFT / DPO
+    datasets); None: model.enable_thinking."""
     reply_prefix: str | None = None
     """Text appended after the prompt (e.g. a plaintext model's answer cue)."""
     image_key: str | None = None

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ValidationError
 
+from services.common.config.resolve import resolve_derived
 from services.common.config.schema import TrinityConfig
 from services.common.config.tasksets import repeat_times_conflict, resolve_tasksets
 from services.common.config.trinity_keys import meaning_of, strip_inert
@@ -96,7 +97,7 @@ def _validate(raw: dict[str, Any], prefix: str) -> TrinityConfig:
     conflict = repeat_times_conflict(cfg)
     if conflict:
         raise ConfigError(prefix + conflict, field=prefix + "buffer.explorer_input.taskset.repeat_times")
-    return resolve_tasksets(cfg)
+    return resolve_derived(resolve_tasksets(cfg))
 
 
 def _dotted(loc: Sequence[Any]) -> str:
