@@ -327,22 +327,27 @@ TRINITY_KEYS.update(
 TRINITY_KEYS.update(V06_KEYS)
 
 
-def strip_inert(raw: Any, prefix: str = "") -> Any:
+def strip_inert(raw: Any, prefix: str = "", refused: list[tuple[str, str]] | None = None) -> Any:
     """`raw` without the `no effect` keys at values that change nothing here (children first, so a
-    section left empty can go too); any other value of such a key raises ValueError with its meaning."""
+    section left empty can go too). Any other value of such a key raises ValueError with its meaning;
+    with `refused` given, it is recorded there as (key path, message) and taken out instead."""
     if isinstance(raw, list):
-        return [strip_inert(item, f"{prefix}[{i}]") for i, item in enumerate(raw)]
+        return [strip_inert(item, f"{prefix}[{i}]", refused) for i, item in enumerate(raw)]
     if not isinstance(raw, dict):
         return raw
     out = {}
     for key, value in raw.items():
         path = f"{prefix}.{key}" if prefix else str(key)
-        value = strip_inert(value, path)
+        value = strip_inert(value, path, refused)
         entry = meaning_of(path)
         if entry is not None and entry.accepts:
             if entry.accepts is ANY or value in entry.accepts:
                 continue
-            raise ValueError(f"{path} {value!r}: {entry.meaning}")
+            message = f"{path} {value!r}: {entry.meaning}"
+            if refused is None:
+                raise ValueError(message)
+            refused.append((path, message))
+            continue
         out[key] = value
     return out
 

@@ -104,7 +104,7 @@ V06_KEYS: dict[str, KeyMeaning] = {
     ),
     # trainer
     "trainer.use_remove_padding": inert(
-        "veRL's padding-free (varlen) attention: a kernel choice with the same maths (any value accepted)"
+        "veRL's padding-free (varlen) attention: a kernel choice with the same maths"
     ),
     "trainer.balance_batch": inert(
         "veRL's reordering of a batch to balance lengths across data-parallel ranks: the same update"
