@@ -92,8 +92,16 @@ def refused_key(problem: str) -> str:
     first = re.split(r"[ :]", line, maxsplit=1)[0]
     rest = line[len(first) :].lstrip(": ")
     named = re.match(r"([A-Za-z_]\w*(?:\.\w+|\[\d*\])+)[ :]", rest)
-    key = named.group(1) if named and not named.group(1).startswith(first) else first
-    return re.sub(r"\[\d*\]", "[*]", key)
+    key = re.sub(
+        r"\[\d*\]", "[*]", named.group(1) if named and not named.group(1).startswith(first) else first
+    )
+    verl = key.removeprefix("trainer.trainer_config.")
+    if verl != key:  # a veRL leaf: counted under the pattern of its rule (services/common/config/verl.py)
+        from services.common.config.verl import rule_for
+
+        rule = rule_for(verl)
+        return f"trainer.trainer_config.{rule.pattern}" if rule else key
+    return key
 
 
 def tally(folder: pathlib.Path = EXAMPLES, *, keep_defaults: bool = False) -> tuple[Counter[str], int]:
