@@ -41,7 +41,8 @@ One YAML file drives all four services (buffer, synchronizer, trainer, explorer)
 names follow [Trinity-RFT](https://github.com/modelscope/Trinity-RFT)'s configuration guide where
 Trinity has them, so a Trinity user finds them where they expect; Trinity keys this project does
 not implement (veRL's `trainer.trainer_config`, `model.tinker`, ...) are rejected by name with the
-reason, never silently ignored (see [the compatibility table](#trinity-rft-v052-compatibility)). `services:` (addresses, TLS, auth, timeouts) is ours. Each service reads
+reason, never silently ignored (see the compatibility tables of [v0.5.2](#trinity-rft-v052-compatibility)
+and [v0.6](#trinity-rft-v06-compatibility)). `services:` (addresses, TLS, auth, timeouts) is ours. Each service reads
 the whole file and uses its own sections.
 
 - **Interpolation.** The file is read with OmegaConf: `${oc.env:VAR,default}` takes an environment
@@ -330,12 +331,15 @@ def render() -> str:
         label = doc.path or "top-level keys"
         lines.append(f"{indent}- [`{label}`](#{doc.anchor})" if doc.path else f"- [{label}](#{doc.anchor})")
     lines.append("- [Trinity-RFT v0.5.2 compatibility](#trinity-rft-v052-compatibility)")
+    lines.append("- [Trinity-RFT v0.6 compatibility](#trinity-rft-v06-compatibility)")
     lines.append("")
     for doc in sections:
         lines += render_section(doc, links)
     from scripts.trinity_compat_doc import render_compat
+    from scripts.trinity_v06_doc import render_v06
 
     lines += render_compat()
+    lines += render_v06()
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -1,6 +1,7 @@
 """The "Trinity-RFT v0.5.2 compatibility" part of docs/config.md: the key table
 (services/common/config/trinity_keys.py) and the tally of the 55 example configs
-(tests/data/trinity-v0.5.2-examples) through the loader.
+(tests/data/trinity-v0.5.2-examples) through the loader; and what both compatibility parts share
+(the key lists, the example configs and their environment, the tally; v0.6's: trinity_v06_doc.py).
 
 The tally counts what the schema decides (a config loads, or a value is rejected with a reason, or
 an unknown key stops it), so it changes only with the schema; names in registries and files are
@@ -9,46 +10,141 @@ an unknown key stops it), so it changes only with the schema; names in registrie
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
 from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.common.config.key_meaning import KeyMeaning
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "trinity-v0.5.2-examples"
+EXAMPLES_V06 = EXAMPLES.parent / "trinity-v0.6-examples"
 NOT_A_CONFIG = "grpo_gsm8k_experience_pipeline/dj_scoring_exp.yaml"  # a Data-Juicer recipe
+NOT_A_CONFIG_V06 = "agentscope_gomoku/gomoku_agent.yaml"  # a workflow-arguments file
+TRINITY_KEYS_FILE = EXAMPLES.parent / "trinity_v052_keys.txt"
+TRINITY_V06_KEYS_FILE = EXAMPLES.parent / "trinity_v06_keys.txt"
 
 
-def tally() -> tuple[Counter[str], int]:
-    """(configs per outcome: loads / value rejected / unknown key, number of Trinity configs)."""
-    from services.common.config import load_config
-    from services.common.errors import ConfigError
+def example_configs(folder: pathlib.Path = EXAMPLES) -> list[pathlib.Path]:
+    """The Trinity run configs among the example files of `folder` (EXAMPLES or EXAMPLES_V06)."""
+    skip = {NOT_A_CONFIG, NOT_A_CONFIG_V06}
+    return sorted(p for p in folder.rglob("*.yaml") if str(p.relative_to(folder)) not in skip)
 
-    paths = sorted(p for p in EXAMPLES.rglob("*.yaml") if str(p.relative_to(EXAMPLES)) != NOT_A_CONFIG)
-    names = sorted({n for p in paths for n in re.findall(r"oc\.env:([A-Z_0-9]+)", p.read_text())})
-    saved = {n: os.environ.get(n) for n in names}
-    os.environ.update({n: f"/stand-in/{n.lower()}" for n in names})
-    outcomes: Counter[str] = Counter()
+
+def stand_in_env(paths: list[pathlib.Path], root: str, *, keep_defaults: bool) -> dict[str, str | None]:
+    """The environment the example configs are loaded with: each `${oc.env:NAME}` they read gets a
+    stand-in path under `root`; with keep_defaults, a variable every use of which has a default
+    (`${oc.env:NAME,default}`) is unset instead, so the config's own default applies (None: unset)."""
+    uses = [m for p in paths for m in re.findall(r"oc\.env:([A-Z_0-9]+)(,?)", p.read_text())]
+    without_default = {name for name, comma in uses if not comma}
+    return {
+        name: None if keep_defaults and name not in without_default else f"{root}/{name.lower()}"
+        for name in sorted({name for name, _comma in uses})
+    }
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str | None]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
     try:
-        for path in paths:
-            try:
-                load_config(path)
-                outcomes["loads"] += 1
-            except ConfigError as exc:
-                kind = "unknown key" if "unknown key" in str(exc) else "value rejected"
-                outcomes[kind] += 1
-                for key in sorted(set(re.findall(r"Value error, ([\w.]+)", str(exc)))):
-                    outcomes[f"refused: {key}"] += 1
+        for name, value in values.items():
+            _set(name, value)
+        yield
     finally:
         for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+            _set(name, value)
+
+
+def _set(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def kind_of(problem: str) -> str:
+    """unknown key (no meaning here), missing file (data, models), missing part (an algorithm,
+    workflow, reward fn, operator or package this project does not have), or rejected value."""
+    if "unknown key" in problem and "[Trinity key" not in problem:  # with one, its entry says why
+        return "unknown key"
+    if "does not exist" in problem:
+        return "missing file"
+    if re.search(
+        r"unknown (workflow|reward function|experience operator|algorithm|advantage|policy_loss|sample)",
+        problem,
+    ):
+        return "missing part"
+    if "needs the" in problem and "package" in problem:
+        return "missing part"
+    if re.search(r"cannot import workflow '(examples|trinity)\.", problem):  # one of Trinity's own modules
+        return "missing part"
+    return "rejected value"
+
+
+def refused_key(problem: str) -> str:
+    """The key a problem line names: its first key path, or the key its message starts with
+    (`section: format.image_key ...`); a stage's prefix and list indices are left out."""
+    line = re.sub(r"^stages\[\d+\]\.", "", problem)
+    first = re.split(r"[ :]", line, maxsplit=1)[0]
+    rest = line[len(first) :].lstrip(": ")
+    named = re.match(r"([A-Za-z_]\w*(?:\.\w+|\[\d*\])+)[ :]", rest)
+    key = re.sub(
+        r"\[\d*\]", "[*]", named.group(1) if named and not named.group(1).startswith(first) else first
+    )
+    verl = key.removeprefix("trainer.trainer_config.")
+    if verl != key:  # a veRL leaf: counted under the pattern of its rule (services/common/config/verl.py)
+        from services.common.config.verl import rule_for
+
+        rule = rule_for(verl)
+        return f"trainer.trainer_config.{rule.pattern}" if rule else key
+    return key
+
+
+def tally(folder: pathlib.Path = EXAMPLES, *, keep_defaults: bool = False) -> tuple[Counter[str], int]:
+    """(configs per outcome of loading: loads / value rejected / unknown key, and per refused key,
+    number of Trinity configs). The loader's part only: names in registries and files are
+    `trinity config check`'s, counted by the compatibility tests."""
+    from services.common.config import load_raw
+    from services.common.config.diagnose import diagnose
+    from services.common.errors import ConfigError
+
+    paths = example_configs(folder)
+    outcomes: Counter[str] = Counter()
+    with environment(stand_in_env(paths, "/stand-in", keep_defaults=keep_defaults)):
+        for path in paths:
+            try:
+                problems = [p.message for p in diagnose(load_raw(path))[1]]
+            except ConfigError as exc:
+                problems = [str(exc)]
+            if not problems:
+                outcomes["loads"] += 1
+                continue
+            lines = [line for p in problems for line in p.splitlines()]
+            unknown = any(kind_of(line) == "unknown key" for line in lines)
+            outcomes["unknown key" if unknown else "value rejected"] += 1
+            for key in sorted({refused_key(line) for line in lines if kind_of(line) != "unknown key"}):
+                outcomes[f"refused: {key}"] += 1
     return outcomes, len(paths)
 
 
+def describe(entry: KeyMeaning) -> str:
+    """A key's meaning and the values accepted, for a table cell."""
+    from services.common.config.trinity_keys import ANY
+
+    values = ""
+    if entry.accepts and entry.accepts is not ANY:
+        values = f" (accepted: {', '.join(repr(v) for v in entry.accepts)})"
+    elif entry.accepts:
+        values = " (any value accepted)"
+    return f"{entry.meaning.replace('|', '/')}{values}"
+
+
 def render_compat() -> list[str]:
-    from services.common.config.trinity_keys import ANY, TRINITY_KEYS
+    from services.common.config.trinity_keys import TRINITY_KEYS
     from services.common.config.verl import RULES
 
     outcomes, total = tally()
@@ -77,11 +173,11 @@ def render_compat() -> list[str]:
         "| outcome | configs |",
         "| --- | --- |",
         f"| every key understood, the file loads | {outcomes['loads']} |",
-        f"| every key known, a value rejected with its reason (e.g. Ulysses 2) | {outcomes['value rejected']} |",
+        f"| every key known, a value or key refused with its reason (e.g. Ulysses 2) | {outcomes['value rejected']} |",
         f"| stopped by a key with no meaning here yet | {outcomes['unknown key']} |",
         "",
-        "The refused values, by key (a config can have several; the key's entry below or its schema",
-        "docstring says why and what to use instead):",
+        "The refused values, by key (every problem of each config, `trinity config check` style; a config",
+        "can have several; the key's entry below or its schema docstring says why and what to use instead):",
         "",
         "| refused key | configs |",
         "| --- | --- |",
@@ -94,16 +190,16 @@ def render_compat() -> list[str]:
         "`trinity config check` then also looks up the algorithm, workflow, reward and operator names",
         "and the files; `pytest -s tests/unit/common/config/test_trinity_compat.py` prints that fuller tally.",
         "",
-        "| Trinity key | status | what it does here |",
-        "| --- | --- | --- |",
+        "*since*: the Trinity release that has the key (v0.6: one of the 49 keys v0.6 adds, see the",
+        "next section).",
+        "",
+        "| Trinity key | since | status | what it does here |",
+        "| --- | --- | --- | --- |",
     ]
+    new_in_v06 = set(trinity_keys(TRINITY_V06_KEYS_FILE)) - set(trinity_keys(TRINITY_KEYS_FILE))
     for key, entry in sorted(TRINITY_KEYS.items()):
-        values = ""
-        if entry.accepts and entry.accepts is not ANY:
-            values = f" (accepted: {', '.join(repr(v) for v in entry.accepts)})"
-        elif entry.accepts:
-            values = " (any value accepted)"
-        lines.append(f"| `{key}` | {entry.status} | {entry.meaning.replace('|', '/')}{values} |")
+        since = "v0.6" if key in new_in_v06 else "v0.5.2"
+        lines.append(f"| `{key}` | {since} | {entry.status} | {describe(entry)} |")
     lines += [
         "",
         "### `trainer.trainer_config` (veRL) leaves",
@@ -121,7 +217,11 @@ def render_compat() -> list[str]:
     return lines
 
 
-TRINITY_KEYS_FILE = EXAMPLES.parent / "trinity_v052_keys.txt"
+def trinity_keys(path: pathlib.Path = TRINITY_KEYS_FILE) -> list[str]:
+    """The key paths of one of the key lists (tests/data/trinity_v052_keys.txt or trinity_v06_keys.txt)."""
+    return [
+        line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
 
 
 def our_key_paths() -> tuple[set[str], set[str]]:
@@ -149,8 +249,8 @@ def our_key_paths() -> tuple[set[str], set[str]]:
     return paths, leaves
 
 
-def schema_gap() -> tuple[list[str], int]:
-    """(Trinity v0.5.2 user-facing keys with no meaning here, number of Trinity keys).
+def schema_gap(keys_file: pathlib.Path = TRINITY_KEYS_FILE) -> tuple[list[str], int]:
+    """(Trinity user-facing keys of `keys_file` with no meaning here, number of its keys).
 
     A key has a meaning when our schema has it, when services/common/config/trinity_keys.py lists it
     (or a pattern there matches it), or when one of its parents is a free-form leaf of ours (a dict
@@ -158,11 +258,7 @@ def schema_gap() -> tuple[list[str], int]:
     """
     from services.common.config.trinity_keys import meaning_of
 
-    keys = [
-        line.strip()
-        for line in TRINITY_KEYS_FILE.read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    keys = trinity_keys(keys_file)
     paths, leaves = our_key_paths()
 
     def known(key: str) -> bool:

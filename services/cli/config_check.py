@@ -5,16 +5,18 @@ arguments (the same `preflight` as run), the workflow / reward fn / experience-o
 in the live registries (plugin directories loaded first, so user parts and newly added built-ins
 count), the files a stage reads exist (a warning for the demo's data, which run generates), the
 services' ports do not collide, and the sync plan is one the synchronizer accepts. Every problem is
-reported with the key it comes from; the exit status is 2 when there is any.
+reported with the key it comes from, all of them in one run (a key refused while loading hides
+none of the later checks); the exit status is 2 when there is any.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from services.common.config import TrinityConfig, load_config
+from services.common.config import TrinityConfig, load_raw
 from services.common.errors import ConfigError, TrinityError
 
 EXPLORING_MODES = ("both", "explore", "bench")
@@ -28,7 +30,10 @@ class Report:
     warnings: list[str] = field(default_factory=list)
 
     def problem(self, key: str, message: str) -> None:
-        # errors of the parts already start with their key
+        # errors of the parts already start with their key (without a stage's prefix: it is put back)
+        unstaged = re.sub(r"^stages\[\d+\]\.", "", key)
+        if key and message.startswith(unstaged):
+            message = key + message[len(unstaged) :]
         self.problems.append(f"{key}: {message}" if key and not message.startswith(key) else message)
 
     def warn(self, key: str, message: str) -> None:
@@ -36,16 +41,26 @@ class Report:
 
 
 def check_file(path: str, overrides: list[str]) -> tuple[TrinityConfig | None, Report]:
-    """Load `path` and run every check; a config that does not load is one problem naming its keys."""
+    """Load `path` and run every check, reporting every problem at once: the Trinity keys refused, the
+    schema's errors, the loader's conflicts (services/common/config/diagnose.py) and, on the config
+    left when the offending keys are taken out, the checks below. The config is returned only when
+    there is no problem (None otherwise, or when the file does not load at all)."""
+    from services.common.config.diagnose import diagnose
+
     report = Report()
     try:
-        cfg = load_config(path, overrides)
+        raw = load_raw(path, overrides)
     except ConfigError as exc:
-        for line in str(exc).splitlines():
+        report.problem("", str(exc))
+        return None, report
+    cfg, problems = diagnose(raw)
+    for problem in problems:
+        for line in problem.message.splitlines():
             report.problem("", line)
+    if cfg is None:
         return None, report
     check_config(cfg, report)
-    return cfg, report
+    return (None if problems else cfg), report
 
 
 def check_config(cfg: TrinityConfig, report: Report) -> None:
@@ -58,8 +73,10 @@ def check_config(cfg: TrinityConfig, report: Report) -> None:
         prefix = f"stages[{index}]." if cfg.stages else ""
         _check_sync_plan(stage, prefix, report)
         _check_files(cfg, stage, prefix, report)
+        _check_priority_fns(stage, prefix, report)
         if stage.mode in EXPLORING_MODES:
             _check_explorer_parts(stage, prefix, report)
+            _check_engine_args(stage, prefix, report)
 
 
 def _check_plugins(cfg: TrinityConfig, report: Report) -> None:
@@ -72,11 +89,9 @@ def _check_plugins(cfg: TrinityConfig, report: Report) -> None:
 
 
 def _check_preflight(cfg: TrinityConfig, report: Report) -> None:
-    from services.cli.prepare import preflight
+    from services.cli.prepare import preflight_problems
 
-    try:
-        preflight(cfg)
-    except ConfigError as exc:
+    for exc in preflight_problems(cfg):
         report.problem(exc.field or "algorithm", str(exc))
 
 
@@ -213,6 +228,62 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
             ExperiencePipeline.from_config(pipeline.operators)
         except TrinityError as exc:
             report.problem(f"{prefix}{exc.field}", str(exc))
+
+
+def _check_priority_fns(stage: TrinityConfig, prefix: str, report: Report) -> None:
+    """Each priority queue's fn builds with its arguments (a dotted path imports)."""
+    from services.buffer.kinds.priority import make_priority_fn
+
+    trainer_input = stage.buffer.trainer_input
+    buffers = [("buffer.trainer_input.experience_buffer", trainer_input.experience_buffer)]
+    buffers += [
+        (f"buffer.trainer_input.auxiliary_buffers.{k}", v) for k, v in trainer_input.auxiliary_buffers.items()
+    ]
+    for key, storage in buffers:
+        replay = storage.replay
+        if storage.storage_type != "queue" or not replay.enable:
+            continue
+        where = f"{prefix}{key}" + (".replay_buffer" if storage.replay_buffer is not None else "")
+        try:
+            make_priority_fn(replay.priority_fn, replay.priority_fn_args)
+        except TrinityError as exc:
+            report.problem(f"{where}.{exc.field}", exc.message)
+
+
+def _check_engine_args(stage: TrinityConfig, prefix: str, report: Report) -> None:
+    """extra_engine_args name vLLM engine arguments (checked against vllm.EngineArgs where vLLM is installed)."""
+    import dataclasses
+    import importlib.util
+
+    explorer = stage.explorer
+    engines = [("explorer.rollout_model", explorer.rollout_model)]
+    engines += [
+        (f"explorer.auxiliary_models[{i}]", aux.engine_config(explorer.rollout_model))
+        for i, aux in enumerate(explorer.auxiliary_models)
+    ]
+    given = [
+        (key, engine)
+        for key, engine in engines
+        if engine.extra_engine_args and engine.engine_type != "transformers"
+    ]
+    if not given:
+        return
+    if importlib.util.find_spec("vllm") is None:
+        for key, _engine in given:
+            report.warn(
+                f"{prefix}{key}.extra_engine_args",
+                "vLLM is not installed here, so the names are checked when the engine starts",
+            )
+        return
+    import vllm
+
+    known = {f.name for f in dataclasses.fields(vllm.EngineArgs)}
+    for key, engine in given:
+        for name in sorted(set(engine.extra_engine_args) - known):
+            report.problem(
+                f"{prefix}{key}.extra_engine_args.{name}",
+                f"not an engine argument of the installed vLLM {vllm.__version__} (vllm.EngineArgs)",
+            )
 
 
 def _check_reward_args(reward: object, args: dict[str, object], key: str, report: Report) -> None:

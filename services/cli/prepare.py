@@ -82,23 +82,37 @@ def takes_turns(cfg: TrinityConfig) -> bool:
 
 
 def preflight(cfg: TrinityConfig) -> None:
-    """Fail before starting anything when a stage's algorithm parts reject their arguments."""
+    """Fail before starting anything when a stage's algorithm parts reject their arguments (every
+    problem of preflight_problems, the first one's key as the field)."""
+    problems = preflight_problems(cfg)
+    if problems:
+        raise ConfigError("\n".join(str(p.message) for p in problems), field=problems[0].field)
+
+
+def preflight_problems(cfg: TrinityConfig) -> list[ConfigError]:
+    """What `trinity run` would refuse before starting anything: one machine, a bench stage with eval
+    tasksets, and each training stage's algorithm building with its arguments."""
     from services.trainer.algorithms.builder import build_algorithm
 
+    problems = []
     if cfg.cluster.node_num != 1:
-        raise ConfigError(
-            f"cluster.node_num {cfg.cluster.node_num}: one `trinity run` drives one machine (only 1); "
-            "across machines, start each service where it should run and point services.* at them",
-            field="cluster.node_num",
+        problems.append(
+            ConfigError(
+                f"cluster.node_num {cfg.cluster.node_num}: one `trinity run` drives one machine (only 1); "
+                "across machines, start each service where it should run and point services.* at them",
+                field="cluster.node_num",
+            )
         )
     for index, stage in enumerate(cfg.stage_configs):
         where = f"stages[{index}] ({cfg.stages[index].stage_name}): " if cfg.stages else ""
         prefix = f"stages[{index}]." if cfg.stages else ""
         if stage.mode == "bench" and not stage.buffer.explorer_input.eval_tasksets:
-            raise ConfigError(
-                f"{where}mode bench scores the eval tasksets, and there are none; "
-                "add buffer.explorer_input.eval_tasksets",
-                field=f"{prefix}buffer.explorer_input.eval_tasksets",
+            problems.append(
+                ConfigError(
+                    f"{where}mode bench scores the eval tasksets, and there are none; "
+                    "add buffer.explorer_input.eval_tasksets",
+                    field=f"{prefix}buffer.explorer_input.eval_tasksets",
+                )
             )
         if "trainer" not in WORKERS_OF_MODE[stage.mode]:
             continue
@@ -106,7 +120,8 @@ def preflight(cfg: TrinityConfig) -> None:
             build_algorithm(stage.algorithm)
         except TrinityError as exc:
             field = f"{prefix}{exc.field}" if exc.field else exc.field
-            raise ConfigError(f"{where}{exc}", field=field) from exc
+            problems.append(ConfigError(f"{where}{exc}", field=field))
+    return problems
 
 
 def prepare_data(cfg: TrinityConfig) -> None:

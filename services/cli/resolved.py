@@ -1,6 +1,6 @@
 """What `trinity config check` shows besides problems: the values the loader decided for keys the
 file left unset (algorithm preset, train_batch_size, each taskset's workflow, reward fn, repeat_times,
-sampling and epochs), so a user sees what the run will do without reading the code."""
+sampling and epochs, and config/resolve.py's: the token budget, enable_thinking, the weight bucket), so a user sees what the run will do without reading the code."""
 
 from __future__ import annotations
 
@@ -29,6 +29,17 @@ def resolved_unset(raw: dict[str, Any], cfg: TrinityConfig) -> list[tuple[str, A
     for key in preset(cfg.algorithm.algorithm_type):
         if algorithm.get(key) is None:
             out.append((f"algorithm.{key}", getattr(cfg.algorithm, key)))
+    trainer = _mapping(raw.get("trainer"))
+    if cfg.trainer.use_dynamic_bsz and trainer.get("max_token_len_per_gpu") is None:
+        out.append(("trainer.max_token_len_per_gpu", cfg.trainer.max_token_len_per_gpu))
+    rollout = _mapping(_mapping(raw.get("explorer")).get("rollout_model"))
+    if rollout.get("enable_thinking") is None and cfg.explorer.rollout_model.enable_thinking is not None:
+        out.append(("explorer.rollout_model.enable_thinking", cfg.explorer.rollout_model.enable_thinking))
+    if (
+        rollout.get("weight_sync_buffer_size") is not None
+        and _mapping(raw.get("synchronizer")).get("bucket_mb") is None
+    ):
+        out.append(("synchronizer.bucket_mb", cfg.synchronizer.bucket_mb))
     buffer = _mapping(raw.get("buffer"))
     if buffer.get("train_batch_size") is None:
         out.append(("buffer.train_batch_size", cfg.train_batch_size))

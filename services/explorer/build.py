@@ -61,6 +61,7 @@ def build_engine(
             kv_cache_memory_gib=rm.kv_cache_memory_gib,
             process_mode=rm.process_mode,
             eos_token_ids=tuple(eos_ids(tokenizer)),
+            extra_engine_args=dict(rm.extra_engine_args),
         )
         return VLLMEngine(path, settings)
     from services.explorer.engines.transformers_engine import TransformersEngine
@@ -115,11 +116,13 @@ def build_runner(
             min_response_tokens=cfg.model.min_response_tokens,
             enable_history=rm.enable_history,
             chat_template=cfg.model.custom_chat_template,
-            enable_thinking=cfg.model.enable_thinking,
+            enable_thinking=rm.enable_thinking,
             tool_call_parser=rm.tool_call_parser,
             reasoning_parser=rm.reasoning_parser,
             version_fn=version,
             model_name=cfg.model.model_path,
+            api_key=rm.api_key,
+            api_port=None if rm.base_port is None else rm.base_port + i,
         )
 
     return WorkflowRunner(
@@ -150,16 +153,17 @@ def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
             name=f"aux-{i}",
             log_requests=rollout.enable_log_requests,
         )
-        thinking = aux.enable_thinking if aux.enable_thinking is not None else cfg.model.enable_thinking
         wrapper = ModelWrapper(
             engine,
             tokenizer,
             max_prompt_tokens=aux.max_prompt_tokens or cfg.model.max_prompt_tokens,
             max_response_tokens=aux.max_response_tokens or cfg.model.max_response_tokens,
-            enable_thinking=thinking,
+            enable_thinking=aux.enable_thinking,
             tool_call_parser=rollout.tool_call_parser,
             reasoning_parser=rollout.reasoning_parser,
             model_name=aux.model_path,
+            api_key=aux.api_key,
+            api_port=aux.base_port,
         )
         wrapper.get_openai_client()  # serve it now, not from the first workflow's thread
         wrappers.append(wrapper)

@@ -57,6 +57,8 @@ class ModelWrapper:
         reasoning_parser: str | None = None,
         version_fn: Callable[[], int] = lambda: 0,
         model_name: str = "policy",
+        api_key: str = "EMPTY",
+        api_port: int | None = None,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
@@ -70,6 +72,8 @@ class ModelWrapper:
         self.reasoning_parser = reasoning_parser
         self._version_fn = version_fn
         self.model_name = model_name
+        self.api_key = api_key  # the OpenAI API asks for it unless EMPTY (openai_server.py)
+        self.api_port = api_port  # the OpenAI API's port; None: a free one
         self.history: list[Experience] = []
         self._history_lock = threading.Lock()
         self._openai_server: Any = None
@@ -98,12 +102,19 @@ class ModelWrapper:
         args["top_k"] = max(int(args.get("top_k", 0)), 0)
         return SamplingParams(**args)
 
-    def render_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    def render_chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """The prompt text of a conversation: the chat template with enable_thinking (the config's) and
+        `template_kwargs` (a request's own, e.g. the OpenAI API's chat_template_kwargs) over it."""
         template = self.chat_template or getattr(self.tokenizer, "chat_template", None)
         if tools and not template:
             raise InvalidArgument("tools need a chat template (model.custom_chat_template)", field="tools")
         if template:
-            extra = {**self.template_kwargs, **({"tools": tools} if tools else {})}
+            extra = {**self.template_kwargs, **(template_kwargs or {}), **({"tools": tools} if tools else {})}
             return self.tokenizer.apply_chat_template(
                 messages,
                 tokenize=False,
@@ -175,10 +186,15 @@ class ModelWrapper:
         ]
 
     def chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> list[Experience]:
-        """n replies to one conversation (`tools`: OpenAI tool definitions, given to the chat template)."""
-        text = self.render_chat(messages, tools)
+        """n replies to one conversation (`tools`: OpenAI tool definitions, given to the chat template;
+        `template_kwargs`: more chat-template variables, over the config's enable_thinking)."""
+        text = self.render_chat(messages, tools, template_kwargs)
         results = self.engine.generate([self.encode(text)], self.sampling_params(**kwargs))
         return self._to_experiences(results[0], text, messages)
 
@@ -235,7 +251,7 @@ class ModelWrapper:
         from services.explorer.openai_server import OpenAIServer
 
         if self._openai_server is None:
-            self._openai_server = OpenAIServer(self)
+            self._openai_server = OpenAIServer(self, port=self.api_port or 0, api_key=self.api_key)
             self._openai_server.start()
         return self._openai_server.base_url
 
@@ -249,7 +265,7 @@ class ModelWrapper:
                 field="explorer.rollout_model.enable_openai_api",
             ) from exc
         if self._openai_client is None:  # one per wrapper: thread-safe, and workflows are many
-            client = openai.OpenAI(base_url=self.openai_base_url, api_key="EMPTY")
+            client = openai.OpenAI(base_url=self.openai_base_url, api_key=self.api_key)
             client.model_path = self.model_name  # type: ignore[attr-defined]  # Trinity's attribute
             self._openai_client = client
         return self._openai_client
@@ -262,7 +278,7 @@ class ModelWrapper:
                 "get_openai_async_client needs the openai package: pip install openai",
                 field="explorer.rollout_model.enable_openai_api",
             ) from exc
-        client = openai.AsyncOpenAI(base_url=self.openai_base_url, api_key="EMPTY")
+        client = openai.AsyncOpenAI(base_url=self.openai_base_url, api_key=self.api_key)
         client.model_path = self.model_name  # type: ignore[attr-defined]
         return client
 

@@ -95,12 +95,23 @@ def _decoded_call(call: dict[str, Any]) -> dict[str, Any]:
 
 
 class OpenAIServer:
-    """One HTTP server bound to 127.0.0.1 on a free port, serving one ModelWrapper."""
+    """One HTTP server bound to 127.0.0.1, serving one ModelWrapper: on `port` (0: a free one), asking
+    for `Authorization: Bearer <api_key>` unless api_key is EMPTY (explorer.rollout_model.api_key)."""
 
-    def __init__(self, wrapper: Any, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, wrapper: Any, host: str = "127.0.0.1", *, port: int = 0, api_key: str = "EMPTY"
+    ) -> None:
         self.wrapper = wrapper
+        self.api_key = api_key
         handler = type("Handler", (_Handler,), {"server_ref": self})
-        self._httpd = ThreadingHTTPServer((host, 0), handler)
+        try:
+            self._httpd = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise TrinityError(
+                f"the OpenAI API cannot listen on {host}:{port} ({exc.strerror}); pick another "
+                "explorer.rollout_model.base_port (or auxiliary model's), or leave it unset for free ports",
+                field="explorer.rollout_model.base_port",
+            ) from exc
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="openai-api", daemon=True)
 
@@ -120,7 +131,14 @@ class OpenAIServer:
         if body.get("stream"):
             raise TrinityError("stream=true is not supported by the explorer's OpenAI API")
         messages = template_messages(body["messages"])
-        exps = self.wrapper.chat(messages, tools=body.get("tools"), **_sampling_args(body))
+        exps = self.wrapper.chat(
+            messages,
+            tools=body.get("tools"),
+            template_kwargs=body.get(
+                "chat_template_kwargs"
+            ),  # vLLM's per-request extra, e.g. enable_thinking
+            **_sampling_args(body),
+        )
         choices = []
         for i, exp in enumerate(exps):
             message = reply_message(exp.response_text, self.wrapper, tools_offered=bool(body.get("tools")))
@@ -178,7 +196,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _authorized(self) -> bool:
+        """True when no key is asked for or the request carries it; otherwise answers 401."""
+        key = self.server_ref.api_key
+        if key in ("", "EMPTY") or self.headers.get("Authorization") == f"Bearer {key}":
+            return True
+        self._send(401, {"error": {"message": "missing or wrong API key", "type": "invalid_api_key"}})
+        return False
+
     def do_GET(self) -> None:  # noqa: N802
+        if not self._authorized():
+            return
         if self.path.rstrip("/").endswith("/models"):
             name = self.server_ref.wrapper.model_name
             self._send(
@@ -189,6 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
+        if not self._authorized():
+            self.rfile.read(length)
+            return
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
             if self.path.rstrip("/").endswith("/chat/completions"):

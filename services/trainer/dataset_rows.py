@@ -10,6 +10,10 @@ The row's kind comes from its columns and the buffer's `format`:
   assistant turns' tokens, 0 on the user / tool turns between them);
 - plaintext: prompt = [system prompt] + row[prompt_key] (+ reply_prefix), response = row[response_key].
 
+Messages are rendered with the chat template of `chat` (the buffer's format.chat_template, else
+model.custom_chat_template, else the tokenizer's) and its enable_thinking (format.enable_thinking, else
+model.enable_thinking), as the explorer renders its prompts.
+
 A response from a string gets an EOS token so the model learns to stop; a response the chat
 template renders keeps the template's own end-of-turn tokens. Rows have no generating policy:
 model_version 0, no logprobs.
@@ -17,6 +21,7 @@ model_version 0, no logprobs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,16 +31,36 @@ from services.common.errors import InvalidArgument
 from services.common.experience import Experience
 
 
-def tokenize_row(row: dict[str, Any], fmt: FormatConfig, tokenizer: Any, *, where: str) -> Experience:
+@dataclass(frozen=True)
+class ChatStyle:
+    """How messages become text: a chat template (None: the tokenizer's) and its enable_thinking."""
+
+    template: str | None = None
+    enable_thinking: bool | None = None
+
+    @classmethod
+    def of(cls, fmt: FormatConfig, model_template: str | None, model_thinking: bool | None) -> ChatStyle:
+        """The buffer's format over the model's settings (model.custom_chat_template / enable_thinking)."""
+        thinking = fmt.enable_thinking if fmt.enable_thinking is not None else model_thinking
+        return cls(fmt.chat_template or model_template, thinking)
+
+    def kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {} if self.template is None else {"chat_template": self.template}
+        return out if self.enable_thinking is None else {**out, "enable_thinking": self.enable_thinking}
+
+
+def tokenize_row(
+    row: dict[str, Any], fmt: FormatConfig, tokenizer: Any, *, where: str, chat: ChatStyle = ChatStyle()
+) -> Experience:
     """One dataset row -> Experience (see the module docstring for the three kinds)."""
     if fmt.chosen_key in row and fmt.rejected_key in row:
-        return _pair(row, fmt, tokenizer, where)
+        return _pair(row, fmt, tokenizer, where, chat)
     if fmt.prompt_type == "messages":
         messages = _messages(row, fmt, where, must_end_with_assistant=True)
         tools = _tools(row, fmt)
         if fmt.enable_concatenated_multi_turn:
-            return _all_turns(messages, tools, tokenizer, where)
-        prompt_ids = chat_ids(tokenizer, messages[:-1], generation_prompt=True, tools=tools)
+            return _all_turns(messages, tools, tokenizer, where, chat)
+        prompt_ids = chat_ids(tokenizer, messages[:-1], generation_prompt=True, tools=tools, chat=chat)
         return _experience(prompt_ids, _with_eos(tokenizer, messages[-1]["content"]), "", where)
     prompt_text = _plain_prompt(row, fmt, where, answer_key=fmt.response_key)
     prompt_ids = tokenizer.encode(prompt_text, add_special_tokens=False)
@@ -43,10 +68,15 @@ def tokenize_row(row: dict[str, Any], fmt: FormatConfig, tokenizer: Any, *, wher
 
 
 def chat_ids(
-    tokenizer: Any, messages: list[dict[str, Any]], *, generation_prompt: bool, tools: Any
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    *,
+    generation_prompt: bool,
+    tools: Any,
+    chat: ChatStyle = ChatStyle(),
 ) -> list[int]:
     """The chat template rendered to text, then tokenized without special tokens (as the explorer does)."""
-    extra = {"tools": tools} if tools else {}
+    extra = {**chat.kwargs(), **({"tools": tools} if tools else {})}
     text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=generation_prompt, **extra
     )
@@ -93,15 +123,19 @@ def _experience(prompt_ids: list[int], response_ids: list[int], prompt_text: str
     return Experience(tokens=tokens, prompt_length=len(prompt_ids), model_version=0, prompt_text=prompt_text)
 
 
-def _all_turns(messages: list[dict[str, Any]], tools: Any, tokenizer: Any, where: str) -> Experience:
+def _all_turns(
+    messages: list[dict[str, Any]], tools: Any, tokenizer: Any, where: str, chat: ChatStyle
+) -> Experience:
     """enable_concatenated_multi_turn: the whole conversation, trained on every assistant turn."""
-    full = chat_ids(tokenizer, messages, generation_prompt=False, tools=tools)
+    full = chat_ids(tokenizer, messages, generation_prompt=False, tools=tools, chat=chat)
     spans = []
     for i, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        before = chat_ids(tokenizer, messages[:i], generation_prompt=True, tools=tools) if i else []
-        upto = chat_ids(tokenizer, messages[: i + 1], generation_prompt=False, tools=tools)
+        before = (
+            chat_ids(tokenizer, messages[:i], generation_prompt=True, tools=tools, chat=chat) if i else []
+        )
+        upto = chat_ids(tokenizer, messages[: i + 1], generation_prompt=False, tools=tools, chat=chat)
         if upto[: len(before)] != before or full[: len(upto)] != upto:
             raise InvalidArgument(
                 f"the chat template does not render message {i} as a continuation of the turns before it, "
@@ -121,11 +155,11 @@ def _all_turns(messages: list[dict[str, Any]], tools: Any, tokenizer: Any, where
     )
 
 
-def _pair(row: dict[str, Any], fmt: FormatConfig, tokenizer: Any, where: str) -> Experience:
+def _pair(row: dict[str, Any], fmt: FormatConfig, tokenizer: Any, where: str, chat: ChatStyle) -> Experience:
     """A preference pair: the prompt's tokens, and the chosen / rejected responses' tokens."""
     if fmt.prompt_type == "messages":
         prompt = _messages(row, fmt, where, must_end_with_assistant=False)
-        prompt_ids = chat_ids(tokenizer, prompt, generation_prompt=True, tools=_tools(row, fmt))
+        prompt_ids = chat_ids(tokenizer, prompt, generation_prompt=True, tools=_tools(row, fmt), chat=chat)
         prompt_text = ""
     else:
         prompt_text = _plain_prompt(row, fmt, where, answer_key=fmt.chosen_key)

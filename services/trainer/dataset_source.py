@@ -16,7 +16,7 @@ from services.common.config.buffer import FormatConfig, StorageConfig
 from services.common.config.schema import TrinityConfig
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience, Task
-from services.trainer.dataset_rows import tokenize_row
+from services.trainer.dataset_rows import ChatStyle, tokenize_row
 
 
 def dataset_buffers(cfg: TrinityConfig) -> dict[str, StorageConfig]:
@@ -38,6 +38,10 @@ class DatasetAwareSource:
         self.buffer = buffer
         self.tokenizer = tokenizer
         self.datasets = dataset_buffers(cfg)
+        self.chat = {
+            name: ChatStyle.of(storage.format, cfg.model.custom_chat_template, cfg.model.enable_thinking)
+            for name, storage in self.datasets.items()
+        }
 
     async def read(self, buffer: str, batch_size: int, **kwargs: Any) -> Any:
         if buffer not in self.datasets:
@@ -49,7 +53,7 @@ class DatasetAwareSource:
 
     def _experience(self, task: Task, fmt: FormatConfig, buffer: str, schema: str | None) -> Experience:
         where = f"{buffer}[{task.index}]"
-        exp = tokenize_row(task.raw_task, fmt, self.tokenizer, where=where)
+        exp = tokenize_row(task.raw_task, fmt, self.tokenizer, where=where, chat=self.chat[buffer])
         kind = "dpo" if exp.chosen is not None else "sft"
         if schema is not None and kind != schema:
             wanted = "chosen/rejected columns" if schema == "dpo" else "a prompt and one response"

@@ -246,6 +246,9 @@ class TrainEngine:
         grad_norm = 0.0
         active = self._rows_to_train(batch)
         metrics["batch/skipped_rows"] = float(n - len(active))
+        warming_up = self.critic is not None and self.step < self.settings.critic_warmup
+        if self.critic is not None:
+            metrics["critic/warmup"] = float(warming_up)
         for _epoch in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0}
@@ -278,6 +281,9 @@ class TrainEngine:
                     mask = mb.train.action_mask
                     mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
                     sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
+            if warming_up:  # veRL's critic warm-up: the policy's gradients are dropped, it does not move
+                for p in self.model.parameters():
+                    p.grad = None
             t_optimizer = time.perf_counter()
             grad_norm = self._clip_and_step()
             metrics["time/optimizer"] = time.perf_counter() - t_optimizer

@@ -19,6 +19,7 @@ class EngineSettings:
     micro_batch_size: int = 8
     tokens_per_micro_batch: int | None = None  # trainer.use_dynamic_bsz: micro-batches by token budget
     ppo_epochs: int = 1
+    critic_warmup: int = 0  # first steps train only the critic
     lr: float = 1e-6
     critic_lr: float | None = None  # the critic's lr when it differs (veRL's critic.optim.lr)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -60,6 +61,7 @@ class EngineSettings:
             micro_batch_size=cfg.trainer.effective_micro_batch_size,
             tokens_per_micro_batch=cfg.trainer.tokens_per_micro_batch,
             ppo_epochs=cfg.trainer.ppo_epochs,
+            critic_warmup=cfg.trainer.critic_warmup,
             lr=opt.lr,
             critic_lr=cfg.trainer.effective_critic_lr,
             betas=opt.betas,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from services.common.config.base import Section
 
@@ -34,7 +34,11 @@ class FormatConfig(Section):
     """SFT on messages rows: train on every assistant turn of the conversation (one sequence, the
     other turns masked out) instead of the last assistant turn only."""
     chat_template: str | None = None
-    """Chat template overriding model.custom_chat_template."""
+    """Chat template of the messages rows the trainer reads (SFT / DPO datasets), overriding
+    model.custom_chat_template (and the tokenizer's)."""
+    enable_thinking: bool | None = None
+    """The chat template's enable_thinking switch for the messages rows the trainer reads (SFT / DPO
+    datasets); None: model.enable_thinking."""
     reply_prefix: str | None = None
     """Text appended after the prompt (e.g. a plaintext model's answer cue)."""
     image_key: str | None = None
@@ -137,6 +141,20 @@ class TaskSelectorConfig(Section):
         return self
 
 
+PRIORITY_FN_NAMES = ("decay_limit_randomization", "linear_decay")
+"""The buffer's built-in priority fns (services/buffer/kinds/priority.py's registry, Trinity's names)."""
+
+
+def check_priority_fn(name: str) -> str:
+    """A built-in priority fn's name or a dotted path (a path's import is `trinity config check`'s)."""
+    if name not in PRIORITY_FN_NAMES and "." not in name:
+        raise ValueError(
+            f"unknown priority_fn {name!r}; use one of {', '.join(PRIORITY_FN_NAMES)} or a dotted path "
+            "pkg.module.Class of your own"
+        )
+    return name
+
+
 class ReplayBufferConfig(Section):
     """Trinity's `replay_buffer:` of a queue: the priority-queue keys of StorageConfig, grouped."""
 
@@ -148,6 +166,8 @@ class ReplayBufferConfig(Section):
     """Seconds from an item's read until it may be read again; None: never reused."""
     priority_fn_args: dict[str, Any] = Field(default_factory=dict)
     """Arguments of the priority fn (decay 2.0, use_count_limit, sigma)."""
+
+    _known_priority_fn = field_validator("priority_fn")(check_priority_fn)
 
 
 REPLAY_KEYS = ("use_priority_queue", "priority_fn", "reuse_cooldown_time", "priority_fn_args")
@@ -210,6 +230,8 @@ class StorageConfig(Section):
     error naming it (None: each row's columns decide). Trinity's experience schema is rejected."""
     replay_buffer: ReplayBufferConfig | None = None
     """Trinity v0.5's grouping of the priority-queue keys (give it or the flat keys, not both)."""
+
+    _known_priority_fn = field_validator("priority_fn")(check_priority_fn)
 
     @model_validator(mode="after")
     def _one_spelling(self) -> StorageConfig:

@@ -8,6 +8,48 @@ from pydantic import Field, model_validator
 
 from services.common.config.base import Section
 
+VLLM_ARGS_OF_OUR_KEYS = {
+    "model": "model.model_path",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "dtype": "dtype",
+    "seed": "seed",
+    "max_model_len": "max_model_len",
+    "enforce_eager": "enforce_eager",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "enable_chunked_prefill": "enable_chunked_prefill",
+    "kv_cache_memory_bytes": "kv_cache_memory_gib",
+    "logprobs_mode": "(set by this project: the trainer needs processed logprobs)",
+    "worker_extension_cls": "(set by this project: the weight updates go through it)",
+}
+"""vLLM engine arguments the vLLM engine here sets from our keys (services/explorer/engines/vllm_engine.py)."""
+
+
+def check_extra_engine_args(args: dict[str, Any], where: str) -> None:
+    """extra_engine_args hold plain values under names this project does not set itself."""
+    for name, value in args.items():
+        if name in VLLM_ARGS_OF_OUR_KEYS:
+            ours = VLLM_ARGS_OF_OUR_KEYS[name]
+            instead = ours if ours.startswith("(") else f"set {ours} instead"
+            raise ValueError(
+                f"{where}.extra_engine_args.{name}: the vLLM engine here sets it from our keys: {instead}"
+            )
+        if not _plain(value):
+            raise ValueError(
+                f"{where}.extra_engine_args.{name}: {type(value).__name__} is not a value an engine argument "
+                "takes here (strings, numbers, booleans, null, and lists or mappings of them)"
+            )
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
 
 class RolloutModelConfig(Section):
     engine_type: Literal["transformers", "vllm", "vllm_async"] = "transformers"
@@ -57,8 +99,36 @@ class RolloutModelConfig(Section):
     use_v1: bool = True
     """vLLM's V1 engine (Trinity's switch): current vLLM has no other, so false is refused."""
 
+    enable_thinking: bool | None = None
+    """The chat template's `enable_thinking` switch (Qwen3's thinking mode) for the policy's chat
+    prompts, in the explorer's engines and its OpenAI API; None: model.enable_thinking (resolved at load)."""
+
+    extra_engine_args: dict[str, Any] = Field(default_factory=dict)
+    """More vLLM engine arguments, by vLLM's names (`vllm.EngineArgs`, e.g. max_num_seqs), passed to the
+    engine as given (`trinity config check` checks the names when vLLM is installed). Plain values only
+    (strings, numbers, booleans, null, lists and mappings of them); the arguments this project sets from
+    its own keys are refused (set those keys); engine_type transformers takes none."""
+
+    weight_sync_buffer_size: int | None = Field(None, ge=1)
+    """MiB per bucket of the weight broadcast to the engines (Trinity v0.6's name of
+    synchronizer.bucket_mb: give one of them)."""
+
+    api_key: str = "EMPTY"
+    """Key the explorer's OpenAI API asks for (`Authorization: Bearer <key>`) and that the clients
+    get_openai_client hands to workflows send; EMPTY (Trinity's default): no key asked."""
+
+    base_port: int | None = Field(None, ge=1, le=65535)
+    """Port of the OpenAI API on loopback: each runner slot serves its own, slot i on base_port + i
+    (runner_per_model x engine_num ports); None: a free port each."""
+
     @model_validator(mode="after")
     def _tool_choice_has_a_parser(self) -> RolloutModelConfig:
+        check_extra_engine_args(self.extra_engine_args, "explorer.rollout_model")
+        if self.extra_engine_args and self.engine_type == "transformers":
+            raise ValueError(
+                "explorer.rollout_model.extra_engine_args are vLLM engine arguments; engine_type transformers "
+                "takes none (use engine_type vllm, or remove them)"
+            )
         if not self.use_v1:
             raise ValueError(
                 "explorer.rollout_model.use_v1: false asks for vLLM's V0 engine, which current vLLM "
@@ -102,10 +172,17 @@ class AuxiliaryModelConfig(Section):
     max_response_tokens: int | None = Field(None, ge=1)
     """Most tokens of one answer (default: model.max_response_tokens)."""
     enable_thinking: bool | None = None
-    """The chat template's enable_thinking switch (default: model.enable_thinking)."""
+    """The chat template's enable_thinking switch (default: model.enable_thinking, resolved at load)."""
+    extra_engine_args: dict[str, Any] | None = None
+    """More vLLM engine arguments, as explorer.rollout_model.extra_engine_args (default: the rollout model's)."""
+    api_key: str = "EMPTY"
+    """Key this model's OpenAI API asks for, as explorer.rollout_model.api_key."""
+    base_port: int | None = Field(None, ge=1, le=65535)
+    """Port of this model's OpenAI API on loopback (one server); None: a free port."""
 
     @model_validator(mode="after")
     def _one_engine(self) -> AuxiliaryModelConfig:
+        check_extra_engine_args(self.extra_engine_args or {}, "explorer.auxiliary_models[]")
         if self.engine_num != 1:
             raise ValueError(
                 f"explorer.auxiliary_models[].engine_num {self.engine_num}: one engine serves each auxiliary "
@@ -121,9 +198,10 @@ class AuxiliaryModelConfig(Section):
             "max_model_len",
             "enforce_eager",
             "enable_prefix_caching",
+            "extra_engine_args",
         )
         own = {key: getattr(self, key) for key in (*keys, "dtype", "seed") if getattr(self, key) is not None}
-        return rollout.model_copy(update=own)
+        return rollout.model_copy(update={**own, "api_key": self.api_key, "base_port": self.base_port})
 
 
 class ExplorerConfig(Section):
@@ -162,3 +240,14 @@ class ExplorerConfig(Section):
     """Directories whose modules register user workflows, reward fns and operators."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Free-form settings for user workflows."""
+
+    @model_validator(mode="after")
+    def _auxiliary_engine_args(self) -> ExplorerConfig:
+        for i, aux in enumerate(self.auxiliary_models):
+            engine = aux.engine_config(self.rollout_model)
+            if aux.extra_engine_args and engine.engine_type == "transformers":
+                raise ValueError(
+                    f"explorer.auxiliary_models[{i}].extra_engine_args are vLLM engine arguments; its engine_type "
+                    "transformers takes none (set engine_type vllm, or remove them)"
+                )
+        return self

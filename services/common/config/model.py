@@ -10,6 +10,44 @@ from services.common.config.base import Section, read_file_key
 from services.common.config.lora import LoRAConfig
 
 
+class TinkerConfig(Section):
+    """Trinity's `model.tinker` (training on a remote Tinker / TuFT service): checked key by key;
+    `enable: true` is refused (this project trains locally), so the others change nothing here."""
+
+    enable: bool = False
+    """Train on a Tinker service: refused (the trainer here trains the model locally with torch)."""
+    rank: int = Field(16, ge=1)
+    """Tinker's LoRA rank (local LoRA here: model.lora_configs)."""
+    seed: int | None = None
+    """Tinker's seed."""
+    train_mlp: bool = True
+    """Tinker's LoRA on the MLP layers."""
+    train_attn: bool = True
+    """Tinker's LoRA on the attention layers."""
+    train_unembed: bool = True
+    """Tinker's LoRA on the unembedding."""
+    base_url: str | None = None
+    """URL of the Tinker service."""
+    server_loss_fn: str | None = None
+    """TuFT's server-side loss name (Trinity's TuFT examples)."""
+    forward_backward_chunk_bytes: int | None = Field(None, ge=1)
+    """TuFT's request size per forward/backward chunk (Trinity's TuFT examples)."""
+
+
+class ExternalModelConfig(Section):
+    """Trinity's `model.external_model` (a remote OpenAI-compatible model for bench mode): checked key
+    by key; `enable: true` is refused, so the others change nothing here."""
+
+    enable: bool = False
+    """Evaluate a remote model: refused (evaluation runs a local model_path)."""
+    base_url_env: str = "OPENAI_BASE_URL"
+    """Environment variable holding the API's base URL."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key."""
+    model_name: str | None = None
+    """The remote model's name."""
+
+
 class ModelConfig(Section):
     model_path: str = "builtin:tiny-arith"
     """Hub id or local path of a causal LM; `builtin:<name>` builds a tiny model locally (no download):
@@ -57,14 +95,13 @@ class ModelConfig(Section):
     only the adapter trains, explorers receive the merged weights, checkpoints keep the merged model in
     model/ and the adapter in lora_adapter/. Not with trainer.strategy fsdp2."""
 
-    tinker: dict[str, Any] = Field(default_factory=dict)
+    tinker: TinkerConfig = TinkerConfig()
     """Trinity's Tinker backend (training on a remote Tinker service): `enable: true` is refused,
     the trainer here trains the model locally; `enable: false` (or no key) is this project's way."""
 
-    external_model: dict[str, Any] = Field(default_factory=dict)
-    """Trinity's remote OpenAI-compatible model for bench mode (enable, model_name, base_url_env,
-    api_key_env): `enable: true` is refused, evaluation here runs a local model_path (the workflows
-    work on token ids, which a remote chat API does not give)."""
+    external_model: ExternalModelConfig = ExternalModelConfig()
+    """Trinity's remote OpenAI-compatible model for bench mode: `enable: true` is refused, evaluation
+    here runs a local model_path (the workflows work on token ids, which a remote chat API does not give)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -73,13 +110,13 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:
-        if self.external_model.get("enable", False):
+        if self.external_model.enable:
             raise ValueError(
                 "model.external_model.enable: true is not supported: bench mode here evaluates a local "
                 "model_path (hub id or directory) with the explorer's engines, and its workflows need token "
                 "ids and logprobs that a remote chat API does not return; remove model.external_model"
             )
-        if self.tinker.get("enable", False):
+        if self.tinker.enable:
             raise ValueError(
                 "model.tinker.enable: true is not supported: Tinker is a remote training service and this "
                 "project trains the model locally with torch; remove model.tinker (its LoRA settings: "

@@ -128,6 +128,31 @@ class TrinityConfig(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _one_weight_bucket(self) -> TrinityConfig:
+        given = self.explorer.rollout_model.weight_sync_buffer_size
+        if (
+            given is not None
+            and "bucket_mb" in self.synchronizer.model_fields_set
+            and given != self.synchronizer.bucket_mb
+        ):
+            raise ValueError(
+                f"explorer.rollout_model.weight_sync_buffer_size ({given}) and synchronizer.bucket_mb "
+                f"({self.synchronizer.bucket_mb}) are one setting (MiB per bucket of the weight broadcast); "
+                "give one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _critic_warmup_needs_a_critic(self) -> TrinityConfig:
+        if self.trainer.critic_warmup and not self.algorithm.use_critic:
+            raise ValueError(
+                f"trainer.critic_warmup {self.trainer.critic_warmup}: algorithm_type "
+                f"{self.algorithm.algorithm_type!r} has no critic, so its first {self.trainer.critic_warmup} "
+                "steps would train nothing; remove the key (or use an algorithm with a critic, e.g. ppo)"
+            )
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _bypass_from_verl(cls, data: Any) -> Any:

@@ -34,7 +34,8 @@ class TrainerConfig(Section):
     instead of a row count (micro_batch_size is then not used)."""
     max_token_len_per_gpu: int | None = Field(None, ge=1)
     """Token budget of one micro-batch with use_dynamic_bsz, counted as rows x padded length
-    (prompt + response); a single longer row gets a micro-batch of its own."""
+    (prompt + response); a single longer row gets a micro-batch of its own. Unset with use_dynamic_bsz:
+    2 x model.max_model_len (Trinity's default; resolved at load)."""
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
     """veRL's Ulysses sequence parallelism; only 1 (none) is supported here."""
     trainer_config: dict[str, Any] | None = None
@@ -48,6 +49,9 @@ class TrainerConfig(Section):
     critic_lr: float | None = Field(None, gt=0)
     """Learning rate of the critic (PPO's value model), with the policy's warmup and schedule;
     None: algorithm.optimizer.lr (veRL's critic.optim.lr is the same setting)."""
+    critic_warmup: int = Field(0, ge=0)
+    """Steps at the start that train only the critic (veRL's critic warm-up): the policy's weights stay
+    as loaded until step critic_warmup + 1. Needs an algorithm with a critic (ppo)."""
     ppo_epochs: int = Field(1, ge=1)
     """Passes over each batch."""
     gradient_checkpointing: bool = False
@@ -90,10 +94,6 @@ class TrainerConfig(Section):
                         f"{key} ({getattr(self, name)!r}) and its veRL spelling in trainer.trainer_config "
                         f"({value!r}) differ; give one of them"
                     )
-        if self.use_dynamic_bsz and self.max_token_len_per_gpu is None:
-            raise ValueError(
-                "trainer.use_dynamic_bsz needs trainer.max_token_len_per_gpu (tokens per micro-batch)"
-            )
         return self
 
     @property

@@ -1,4 +1,4 @@
-"""What Trinity-RFT v0.5.2 keys mean here, where that differs from "the same key, the same meaning".
+"""What Trinity-RFT keys (v0.5.2's here, v0.6's new ones in trinity_v06_keys.py) mean here, where that differs from "the same key, the same meaning".
 
 One table, three uses: the loader appends a key's entry to its "unknown key" error (so a Trinity
 user reads why and what to use instead), docs/config.md renders it (scripts/gen_config_docs.py),
@@ -15,30 +15,19 @@ would be needed or what to use; none is left).
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-Status = Literal["mapped", "rejected", "not yet", "no effect"]
-ANY = ("<any value>",)
-"""`accepts` of a key whose every value is inert here."""
+from services.common.config.key_meaning import ANY, KeyMeaning, Status, inert
+from services.common.config.trinity_v06_keys import V06_KEYS
 
-
-class KeyMeaning(NamedTuple):
-    status: Status
-    meaning: str
-    accepts: tuple[Any, ...] = ()
-    """`no effect` keys (not in the schema): the values that change nothing here, so the loader drops
-    the key; any other value is refused with `meaning` (ANY: every value)."""
-
-
-def inert(meaning: str, *accepts: Any) -> KeyMeaning:
-    """A Trinity-only key that changes nothing here at `accepts` (ANY: at every value)."""
-    return KeyMeaning("no effect", meaning, accepts or ANY)
-
+__all__ = ["ANY", "TRINITY_KEYS", "KeyMeaning", "Status", "inert", "meaning_of", "strip_inert"]
 
 TRINITY_KEYS: dict[str, KeyMeaning] = {
     # trainer: veRL's knobs
     "trainer.trainer_type": KeyMeaning(
-        "mapped", "`verl` runs this project's torch trainer (the only backend), with a one-line notice"
+        "mapped",
+        "`verl` runs this project's torch trainer (the only backend), with a one-line notice; tinker "
+        "(Trinity's remote Tinker trainer) is refused, see model.tinker",
     ),
     "trainer.grad_clip": KeyMeaning(
         "mapped", "the gradient-norm clip; the same setting as algorithm.optimizer.grad_clip (give one)"
@@ -47,7 +36,9 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "mapped", "micro-batches packed by the token budget max_token_len_per_gpu instead of micro_batch_size"
     ),
     "trainer.max_token_len_per_gpu": KeyMeaning(
-        "mapped", "tokens (rows x padded length) per micro-batch with use_dynamic_bsz"
+        "mapped",
+        "tokens (rows x padded length) per micro-batch with use_dynamic_bsz; unset: 2 x max_model_len / "
+        "ulysses_sequence_parallel_size, Trinity's rule, resolved at load",
     ),
     "trainer.ulysses_sequence_parallel_size": KeyMeaning(
         "rejected",
@@ -95,7 +86,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     ),
     # model
     "model.enable_thinking": KeyMeaning(
-        "mapped", "passed to the chat template of the explorer's chat prompts (also per auxiliary model)"
+        "mapped",
+        "passed to the chat template as enable_thinking wherever a chat is rendered: the explorer's engines and "
+        "OpenAI API (unless explorer.rollout_model / auxiliary_models[] give their own) and the trainer's "
+        "messages rows of SFT/DPO datasets (unless the buffer's format.enable_thinking is given)",
     ),
     "model.enable_prompt_truncation": KeyMeaning(
         "rejected",
@@ -113,7 +107,9 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "enable: true refused: bench here runs a local model_path (workflows need token ids and logprobs)",
     ),
     "model.tinker": KeyMeaning(
-        "rejected", "enable: true refused: Tinker is a remote training service, this project trains locally"
+        "rejected",
+        "enable: true refused: Tinker is a remote training service, this project trains locally; its other "
+        "keys are Trinity's TinkerConfig (checked; unknown ones refused)",
     ),
     # explorer
     "explorer.rollout_model.use_v1": KeyMeaning(
@@ -142,7 +138,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "mapped", "the vLLM engine argument of that name (explorer.rollout_model)"
     ),
     "explorer.rollout_model.engine_type": KeyMeaning(
-        "mapped", "vllm and vllm_async: the vLLM engine; transformers: HF generate"
+        "mapped",
+        "vllm and vllm_async: the vLLM engine; transformers: HF generate; Trinity's tinker (a remote Tinker "
+        "sampler) and external (a remote OpenAI API) are refused: workflows here need a local engine's token "
+        "ids and logprobs",
     ),
     # synchronizer, monitor, cluster, data_processor
     "synchronizer.sync_method": KeyMeaning(
@@ -225,7 +224,11 @@ TRINITY_KEYS.update(
         # explorer: Trinity's serve mode and scheduling knobs
         "explorer.runner_num": inert("deprecated in Trinity (a warning only); runners are runner_per_model"),
         "explorer.concurrent_mode": inert(
-            "how a runner runs a task's repeats: here they are one request of n samples, the same rollouts in any mode"
+            "how a runner runs a task's repeats (Trinity's sequential, asynchronous or multi-threading): here "
+            "they are one request of n samples, the same rollouts in each of Trinity's modes",
+            "sequential",
+            "asynchronous",
+            "multi-threading",
         ),
         "explorer.runner_state_report_interval": inert(
             "runner state: `trinity status` shows it on demand here"
@@ -269,7 +272,7 @@ TRINITY_KEYS.update(
             f"explorer.rollout_model.{key}": inert(
                 f"unset only: the rollout engines use model.{key} (set it there)", None
             )
-            for key in ("max_prompt_tokens", "max_response_tokens", "enable_thinking")
+            for key in ("max_prompt_tokens", "max_response_tokens")
         },
         "explorer.rollout_model.name": inert("a label: the rollout model is named by model.model_path here"),
         "explorer.auxiliary_models[*].name": inert("a label: auxiliary models are named by model_path here"),
@@ -317,7 +320,6 @@ TRINITY_KEYS.update(
         ),
         "buffer.*.format.workflow_key": inert("empty only: one workflow per taskset here", ""),
         "buffer.*.format.reward_fn_key": inert("empty only: one reward fn per taskset here", ""),
-        "buffer.*.format.enable_thinking": inert("unset only: model.enable_thinking is used", None),
         "buffer.explorer_input.tasksets": KeyMeaning(
             "rejected",
             "several training tasksets are not supported yet: give one as buffer.explorer_input.taskset",
@@ -331,22 +333,30 @@ TRINITY_KEYS.update(
 )
 
 
-def strip_inert(raw: Any, prefix: str = "") -> Any:
+TRINITY_KEYS.update(V06_KEYS)
+
+
+def strip_inert(raw: Any, prefix: str = "", refused: list[tuple[str, str]] | None = None) -> Any:
     """`raw` without the `no effect` keys at values that change nothing here (children first, so a
-    section left empty can go too); any other value of such a key raises ValueError with its meaning."""
+    section left empty can go too). Any other value of such a key raises ValueError with its meaning;
+    with `refused` given, it is recorded there as (key path, message) and taken out instead."""
     if isinstance(raw, list):
-        return [strip_inert(item, f"{prefix}[{i}]") for i, item in enumerate(raw)]
+        return [strip_inert(item, f"{prefix}[{i}]", refused) for i, item in enumerate(raw)]
     if not isinstance(raw, dict):
         return raw
     out = {}
     for key, value in raw.items():
         path = f"{prefix}.{key}" if prefix else str(key)
-        value = strip_inert(value, path)
+        value = strip_inert(value, path, refused)
         entry = meaning_of(path)
         if entry is not None and entry.accepts:
             if entry.accepts is ANY or value in entry.accepts:
                 continue
-            raise ValueError(f"{path} {value!r}: {entry.meaning}")
+            message = f"{path} {value!r}: {entry.meaning}"
+            if refused is None:
+                raise ValueError(message)
+            refused.append((path, message))
+            continue
         out[key] = value
     return out
 

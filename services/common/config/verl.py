@@ -58,6 +58,16 @@ RULES: tuple[VerlRule, ...] = (
         "a padding-free kernel choice; the same maths",
     ),
     VerlRule(
+        "actor_rollout_ref.model.use_fused_kernels",
+        "no effect",
+        "veRL's fused logprob/entropy kernels: a kernel choice; the same maths",
+    ),
+    VerlRule(
+        "actor_rollout_ref.model.fused_kernel_options.*",
+        "no effect",
+        "the backend of veRL's fused kernels (use_fused_kernels): a kernel choice; the same maths",
+    ),
+    VerlRule(
         "actor_rollout_ref.hybrid_engine", "no effect", "trainer and explorer are separate services here"
     ),
     VerlRule(

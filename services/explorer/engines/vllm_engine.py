@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,7 @@ class VLLMSettings:
     kv_cache_memory_gib: float | None = None
     process_mode: str = "auto"  # auto | in_process | multiprocess
     eos_token_ids: tuple[int, ...] = ()
+    extra_engine_args: dict[str, Any] = field(default_factory=dict)  # rollout_model.extra_engine_args
 
 
 def has_cuda() -> bool:
@@ -162,7 +163,16 @@ class VLLMEngine(InferenceEngine):
                 kv_cache_memory_bytes=None if kv_gib is None else int(kv_gib * 2**30),
                 logprobs_mode="processed_logprobs",
                 worker_extension_cls=EXTENSION,
+                **s.extra_engine_args,
             )
+        except TypeError as exc:  # vLLM's EngineArgs refuses a name it does not have
+            if not s.extra_engine_args:
+                raise
+            raise FailedPrecondition(
+                f"vLLM refused the engine arguments {sorted(s.extra_engine_args)}: {exc}; check the names "
+                "in explorer.rollout_model.extra_engine_args (or the auxiliary model's) against vllm.EngineArgs",
+                field="explorer.rollout_model.extra_engine_args",
+            ) from exc
         except RuntimeError as exc:
             text = str(exc)
             if "freeze_support" in text or "bootstrapping phase" in text:

@@ -57,18 +57,28 @@ def batch():
 @pytest.mark.parametrize(
     ("model", "trainer", "field", "fragment"),
     [
-        ({"lora_configs": [{"name": "a"}, {"name": "b"}]}, {}, "model", "has 2 entries; one LoRA adapter"),
+        (
+            {"lora_configs": [{"name": "a"}, {"name": "b"}]},
+            {},
+            "model.lora_configs",
+            "has 2 entries; one LoRA adapter",
+        ),
         ({"lora_configs": [{"lora_rnak": 8}]}, {}, "model.lora_configs[0].lora_rnak", "lora_rank"),
         ({"lora_configs": [{"lora_rank": 0}]}, {}, "model.lora_configs[0].lora_rank", "greater than"),
         ({"lora_configs": [{"lora_dtype": "fp8"}]}, {}, "model.lora_configs[0].lora_dtype", "bfloat16"),
-        ({"lora_configs": [{"is_dummy": True}]}, {}, "model.lora_configs[0]", "internal to Trinity"),
+        ({"lora_configs": [{"is_dummy": True}]}, {}, "model.lora_configs[0].is_dummy", "internal to Trinity"),
         (
             {"lora_configs": [{"path": "/a", "target_modules": ["c_attn"]}]},
             {},
-            "model.lora_configs[0]",
+            "model.lora_configs[0].target_modules",
             "brings its own target modules",
         ),
-        ({"lora_configs": [{}]}, {"strategy": "fsdp2"}, "", "fsdp2 with model.lora_configs is not supported"),
+        (
+            {"lora_configs": [{}]},
+            {"strategy": "fsdp2"},
+            "trainer.strategy",
+            "fsdp2 with model.lora_configs is not supported",
+        ),
     ],
 )
 def test_bad_lora_configs_are_rejected_naming_the_key(model, trainer, field, fragment) -> None:

@@ -31,6 +31,16 @@ NO_EFFECT = {
     "group_by_node": "one node per run: grouping logs by node changes nothing",
     "num_process": "Data-Juicer's worker count; task operators are rejected, experience operators run in-process",
     "target_fields": "the task pipeline's fields; task operators are rejected",
+    **{
+        key: "model.tinker's LoRA / TuFT settings, read only with tinker.enable, which is refused"
+        for key in (
+            "train_mlp",
+            "train_attn",
+            "train_unembed",
+            "server_loss_fn",
+            "forward_backward_chunk_bytes",
+        )
+    },
 }
 KNOWN_GAPS: dict[str, str] = {}
 

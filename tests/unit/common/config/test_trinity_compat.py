@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.trinity_compat_doc import kind_of
 from services.cli.config_check import check_file
 from services.common.config.trinity_keys import meaning_of
 from tests.conftest import REPO
@@ -34,23 +35,6 @@ NOW_REGISTERED = {
     "reward function math_dapo_reward",
     "workflow math_boxed_workflow",
 }
-
-
-def kind_of(problem: str) -> str:
-    if "unknown key" in problem:
-        return "unknown key"
-    if "does not exist" in problem:
-        return "missing file"
-    if re.search(
-        r"unknown (workflow|reward function|experience operator|algorithm|advantage|policy_loss|sample)",
-        problem,
-    ):
-        return "missing part"
-    if "needs the" in problem and "package" in problem:
-        return "missing part"
-    if "cannot import workflow 'examples." in problem:  # a workflow in Trinity's examples/ directory
-        return "missing part"
-    return "rejected value"
 
 
 @pytest.fixture(autouse=True)

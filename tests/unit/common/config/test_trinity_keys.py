@@ -61,8 +61,20 @@ def test_dynamic_bsz_sets_the_token_budget() -> None:
     assert EngineSettings.from_config(cfg).tokens_per_micro_batch == 64
     off = validate_config({"trainer": {"use_dynamic_bsz": False, "max_token_len_per_gpu": 64}})
     assert EngineSettings.from_config(off).tokens_per_micro_batch is None
-    with pytest.raises(ConfigError, match="use_dynamic_bsz needs trainer.max_token_len_per_gpu"):
-        validate_config({"trainer": {"use_dynamic_bsz": True}})
+    # unset: Trinity's ceil(2 * max_model_len / ulysses_sequence_parallel_size), decided at load
+    filled = validate_config(
+        {"trainer": {"use_dynamic_bsz": True}, "model": {"max_prompt_tokens": 100, "max_response_tokens": 50}}
+    )
+    assert filled.trainer.max_token_len_per_gpu == 2 * 150
+    assert EngineSettings.from_config(filled).tokens_per_micro_batch == 300
+    from services.cli.resolved import resolved_unset
+
+    assert ("trainer.max_token_len_per_gpu", 300) in resolved_unset(
+        {"trainer": {"use_dynamic_bsz": True}}, filled
+    )
+    given_len = validate_config({"trainer": {"use_dynamic_bsz": True}, "model": {"max_model_len": 4096}})
+    assert given_len.trainer.max_token_len_per_gpu == 8192
+    assert validate_config({}).trainer.max_token_len_per_gpu is None  # no dynamic batch size, no budget
 
 
 def test_token_budget_chunks_by_hand() -> None:

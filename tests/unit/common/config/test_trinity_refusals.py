@@ -22,7 +22,11 @@ def test_multi_modal_rows_are_refused(key: str) -> None:
 
 
 def test_tinker_enabled_is_refused_and_disabled_is_fine() -> None:
-    assert validate_config({"model": {"tinker": {"enable": False}}}).model.tinker == {"enable": False}
+    assert validate_config({"model": {"tinker": {"enable": False}}}).model.tinker.enable is False
+    with pytest.raises(ConfigError, match="model.tinker.lora_rank: unknown key"):  # Trinity's schema, checked
+        validate_config({"model": {"tinker": {"enable": False, "lora_rank": 8}}})
+    with pytest.raises(ConfigError, match="model.external_model.url: unknown key"):
+        validate_config({"model": {"external_model": {"url": "http://x"}}})
     with pytest.raises(ConfigError, match="model.tinker.enable: true is not supported: Tinker is a remote"):
         validate_config({"model": {"tinker": {"enable": True, "rank": 32}}})
 
