@@ -20,22 +20,13 @@ from scripts.trinity_compat_doc import TRINITY_KEYS_FILE, TRINITY_V06_KEYS_FILE,
 from services.common.config import validate_config
 from services.common.errors import ConfigError
 
-# Another part of issue 33 gives these a meaning (the fully_async sync style and its knobs); until
-# then they stay unknown keys, refused by name.
-LEFT_TO_FULLY_ASYNC = {
-    "explorer.max_inflight_batches",
-    "explorer.over_rollout.return_partial_tasks",
-    "synchronizer.explorer_sync_interval",
-    "synchronizer.trainer_sync_interval",
-}
-
 
 def test_every_trinity_v06_key_has_a_meaning_here() -> None:
     v052, v06 = set(trinity_keys(TRINITY_KEYS_FILE)), set(trinity_keys(TRINITY_V06_KEYS_FILE))
     assert v052 <= v06 and len(v06 - v052) == 49  # v0.6 removed no key and added 49
     gap, total = schema_gap(TRINITY_V06_KEYS_FILE)
     assert total == 597
-    assert set(gap) <= LEFT_TO_FULLY_ASYNC, sorted(set(gap) - LEFT_TO_FULLY_ASYNC)
+    assert sorted(gap) == []  # the fully_async keys too (services/synchronizer/plan.py)
 
 
 @pytest.mark.parametrize(
