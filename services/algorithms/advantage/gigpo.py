@@ -76,7 +76,9 @@ def gigpo_scores(
     fnorm: str = "none",
     epsilon: float = 1e-6,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Returns (A of each row [B], metrics), before broadcasting over tokens."""
+    """Returns (A of each row [B], metrics), before broadcasting over tokens. Metrics (Trinity's, less
+    its "gigpo/" prefix: the pipeline names the operator): anchor_groups_total, anchor_groups_size_gt1,
+    anchor_group_hit_ratio (their ratio), mean_abs_A_E, mean_abs_A_S."""
     check_fnorm(fnorm)
     rows_of_run: dict[int, list[int]] = {}
     for row, run in enumerate(run_index):
@@ -111,11 +113,11 @@ def gigpo_scores(
     scores = torch.tensor([e + omega * s for e, s in zip(a_e, a_step, strict=True)], dtype=torch.float32)
     n = max(len(a_e), 1)
     metrics = {
-        "gigpo/anchor_groups_total": float(len(anchors)),
-        "gigpo/anchor_groups_size_gt1": float(shared),
-        "gigpo/anchor_group_hit_ratio": shared / len(anchors) if anchors else 0.0,
-        "gigpo/mean_abs_A_E": sum(abs(v) for v in a_e) / n,
-        "gigpo/mean_abs_A_S": sum(abs(v) for v in a_step) / n,
+        "anchor_groups_total": float(len(anchors)),
+        "anchor_groups_size_gt1": float(shared),
+        "anchor_group_hit_ratio": shared / len(anchors) if anchors else 0.0,
+        "mean_abs_A_E": sum(abs(v) for v in a_e) / n,
+        "mean_abs_A_S": sum(abs(v) for v in a_step) / n,
     }
     return scores, metrics
 

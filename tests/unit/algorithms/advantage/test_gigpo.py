@@ -33,11 +33,11 @@ def test_two_runs_of_one_task_episode_plus_anchor_advantages() -> None:
         epsilon=0.0,
     )
     assert scores.tolist() == pytest.approx([1.0, 0.75, -0.75, -1.0, -0.5])
-    assert metrics["gigpo/anchor_groups_total"] == 3 and metrics["gigpo/anchor_groups_size_gt1"] == 2
-    assert metrics["gigpo/anchor_group_hit_ratio"] == pytest.approx(2 / 3)
+    assert metrics["anchor_groups_total"] == 3 and metrics["anchor_groups_size_gt1"] == 2
+    assert metrics["anchor_group_hit_ratio"] == pytest.approx(2 / 3)
     # |A_E| is 0.5 on every row; |A_S| = (0.5 + 0.25 + 0.25 + 0.5 + 0) / 5 = 0.3
-    assert metrics["gigpo/mean_abs_A_E"] == pytest.approx(0.5)
-    assert metrics["gigpo/mean_abs_A_S"] == pytest.approx(0.3)
+    assert metrics["mean_abs_A_E"] == pytest.approx(0.5)
+    assert metrics["mean_abs_A_S"] == pytest.approx(0.3)
 
 
 def test_fnorm_std_divides_by_the_unbiased_std_and_omega_weights_the_step_level() -> None:
@@ -62,7 +62,7 @@ def test_rows_without_an_anchor_key_get_the_episode_advantage_only() -> None:
     # returns 2 and 0: A_E = +1 / -1; no keys, so A_S = 0
     scores, metrics = gigpo_scores([2.0, 0.0], [0, 0], [0, 1], [0, 0], [None, None], epsilon=0.0)
     assert scores.tolist() == pytest.approx([1.0, -1.0])
-    assert metrics["gigpo/anchor_group_hit_ratio"] == 0.0
+    assert metrics["anchor_group_hit_ratio"] == 0.0
 
 
 def test_unknown_fnorm_is_refused_with_its_field() -> None:

@@ -57,7 +57,7 @@ def test_step_rewards_from_info() -> None:
         np.stack([e.advantages for e in exps]), [[1.0, 1.0], [-1.0, -1.0], [0.5, 0.0], [-0.5, -0.5]]
     )
     assert all(np.array_equal(e.returns, e.advantages) for e in exps)
-    assert metrics["runs"] == 2 and metrics["gigpo/anchor_groups_size_gt1"] == 1
+    assert metrics["runs"] == 2 and metrics["anchor_groups_size_gt1"] == 1
 
 
 def test_without_step_rewards_only_the_last_rows_reward_counts() -> None:
