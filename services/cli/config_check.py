@@ -222,6 +222,11 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
                     report.problem(f"{prefix}{part_key}", message)
             if registry is REWARD_FUNCTIONS and section.reward_fn_args:
                 _check_reward_args(part, section.reward_fn_args, f"{prefix}{key}.reward_fn_args", report)
+            if registry is REWARD_FUNCTIONS and isinstance(part, type) and hasattr(part, "preflight"):
+                for message in part.preflight(
+                    dict(section.reward_fn_args)
+                ):  # e.g. an LLM judge's package and URL
+                    report.problem(f"{prefix}{part_key}", message)
     pipeline = stage.data_processor.experience_pipeline
     if pipeline is not None:
         try:

@@ -1,12 +1,13 @@
-"""`trinity run` of multi_step_grpo on a multi-turn chat game (issue 20).
+"""`trinity run` of multi_step_grpo (issue 20) and gigpo (issue 33) on a multi-turn chat game.
 
 step_wise_chat_env_workflow plays guess_number over the rollout model's OpenAI endpoint, one call per
 turn; the model's history turns each call into one experience stamped with its step. The explorer's
 pipeline computes step_wise_grpo's advantages (the preset's advantage fn), the trainer trains on the
-rows as they come. Checked: the explorer ran the operator over 8 runs of several calls each, the
-trainer trained two steps. (The tiny model is untrained, so replies run to the length limit; the
-workflow plays them anyway with stop_on_truncation false. The advantage numbers are checked by hand
-in tests/unit/explorer/pipeline/test_step_wise.py.)
+rows as they come (gigpo: its operator, over the whole explorer step). Checked: the explorer ran
+the operator over 8 runs of several calls each, the trainer trained two steps, and gigpo's operator
+found the anchor state the runs share. (The tiny model is untrained, so replies run to the length
+limit; the workflow plays them anyway with stop_on_truncation false. The advantage numbers are
+checked by hand in tests/unit/explorer/pipeline/test_step_wise.py and test_gigpo.py.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from tests.integration.test_e2e_run import PORTS, finish, progress, start_run
 
 
 @pytest.mark.timeout(600)
-def test_multi_step_grpo_run_completes(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("algorithm_type", ["multi_step_grpo", "gigpo"])
+def test_multi_step_run_completes(tmp_path: pathlib.Path, algorithm_type: str) -> None:
     tasks = tmp_path / "games.jsonl"
     tasks.write_text("".join(json.dumps({"low": 0, "high": 9, "target": t}) + "\n" for t in (3, 7, 5, 1)))
     config = write_config(
@@ -33,7 +35,7 @@ def test_multi_step_grpo_run_completes(tmp_path: pathlib.Path) -> None:
             "mode": "both",
             "checkpoint_root_dir": str(tmp_path / "runs"),
             "model": {"model_path": "builtin:tiny-arith", "max_prompt_tokens": 200, "max_response_tokens": 8},
-            "algorithm": {"algorithm_type": "multi_step_grpo", "repeat_times": 4},
+            "algorithm": {"algorithm_type": algorithm_type, "repeat_times": 4},
             "buffer": {
                 "batch_size": 2,
                 "train_batch_size": 8,
@@ -65,10 +67,19 @@ def test_multi_step_grpo_run_completes(tmp_path: pathlib.Path) -> None:
     scalars = EventAccumulator(str(run_dir / "monitor" / "tensorboard" / "explorer"))
     scalars.Reload()
     tags = scalars.Tags()["scalars"]
-    runs = [e.value for e in scalars.Scalars("pipeline/0_step_wise_grpo/runs")]
-    steps_per_run = [e.value for e in scalars.Scalars("pipeline/0_step_wise_grpo/steps_per_run")]
+    operator = "pipeline/0_" + ("gigpo" if algorithm_type == "gigpo" else "step_wise_grpo")
+    runs = [e.value for e in scalars.Scalars(f"{operator}/runs")]
     assert runs and all(r == 2 * 4 for r in runs), tags
-    # a guess that misses gets an answer and another turn: runs are longer than one call
-    assert max(steps_per_run) > 1.0
+    if algorithm_type == "gigpo":
+        # every run opens on the same conversation (the games differ only in their hidden target):
+        # the first calls share an anchor state
+        shared = [e.value for e in scalars.Scalars(f"{operator}/anchor_groups_size_gt1")]
+        assert shared and all(s >= 1 for s in shared), shared
+        experiences = [e.value for e in scalars.Scalars(f"{operator}/experience_count")]
+        assert max(experiences) > 2 * 4  # more calls than runs
+    else:
+        steps_per_run = [e.value for e in scalars.Scalars(f"{operator}/steps_per_run")]
+        # a guess that misses gets an answer and another turn: runs are longer than one call
+        assert max(steps_per_run) > 1.0
     turns = [e.value for e in scalars.Scalars("rollout/actual_env_steps/mean")]
     assert all(1.0 <= t <= 3.0 for t in turns)

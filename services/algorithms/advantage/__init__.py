@@ -29,6 +29,8 @@ ADVANTAGE_FN = Registry(
         "on_policy_distill": "services.algorithms.advantage.external_signal:on_policy_distill",
         "jsd": "services.algorithms.advantage.external_signal:jsd",
         "step_wise_grpo": "services.algorithms.advantage.external_signal:step_wise_grpo",
+        # computed by the explorer's pipeline; trainer rows without advantages are refused
+        "gigpo": "services.algorithms.advantage.gigpo:gigpo",
         "clipb": "services.algorithms.advantage.external_signal:clipb",
         "clipv": "services.algorithms.advantage.external_signal:clipv",
     },

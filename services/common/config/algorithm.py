@@ -52,15 +52,16 @@ class OptimizerConfig(Section):
 class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
-    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po, dapo (presets in
+    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po, dapo, gigpo (presets in
     services/common/config/presets.yaml, applied when the config is loaded).
     dapo (Trinity v0.6) is GRPO's advantages and PPO's clipped loss without KL or reference model; the
     rest of DAPO comes from the YAML, as in Trinity's example: clip_range_high 0.28
     (policy_loss_fn_args), the operators mask_response_truncated and dapo_dynamic_sampling
     (data_processor.experience_pipeline; the explorer then refills each step, see
     explorer.max_num_gen_batches) and math_dapo_reward's overlong penalty (reward_fn_args).
-    multi_step_grpo's advantages are computed by the explorer (one experience per model call, run and
-    step ids); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
+    multi_step_grpo's and gigpo's advantages are computed by the explorer (one experience per model
+    call, run and step ids; gigpo (Trinity v0.6) also reads each step's info env_state_hash and
+    step_reward, which step_wise_alfworld_workflow sets); on_policy_distill and jsd need teacher logprobs (on_policy_distill_workflow and
     on_policy_distill_math_workflow with a teacher in explorer.auxiliary_models). dpo is per pair (the paper's
     loss, averaged over pairs); Trinity sums all chosen and all rejected rows of a micro-batch into one
     pair; the two agree for one pair per micro-batch."""
@@ -75,7 +76,8 @@ class AlgorithmConfig(Section):
     advantage_fn: str | None = None
     """grpo, ppo, rloo, reinforceplusplus, opmd, none, reinforce, asymre, rec, grpo_verl, opmd_verl,
     asymre_verl, on_policy_distill and jsd (teacher logprobs), step_wise_grpo (computed by the
-    explorer; rows without advantages are scored from their run/step ids), or a dotted path
+    explorer; rows without advantages are scored from their run/step ids), gigpo (computed by the
+    explorer from each step's anchor state; rows without advantages are refused), or a dotted path
     "pkg.module:fn". Also accepted, failing at the first batch with the missing data named: remax
     (greedy baseline reward), clipb and clipv (per-token entropy)."""
     advantage_fn_args: dict[str, Any] | None = None
@@ -83,7 +85,8 @@ class AlgorithmConfig(Section):
     ppo (gamma 1.0, lam 1.0), reinforceplusplus (gamma), opmd (opmd_baseline mean|logavgexp, tau),
     asymre (baseline_shift -0.1), rec (epsilon 1e-6, std_normalize false, drop null|balance),
     on_policy_distill (kl_coef 1.0), jsd (kl_coef 1.0, lambda_coef 0.5), step_wise_grpo (epsilon 1e-6,
-    enable_step_norm false, std_cal_level group|batch|none, std_threshold), clipb (epsilon 1e-6, mu 2.5),
+    enable_step_norm false, std_cal_level group|batch|none, std_threshold), gigpo (omega 1.0, gamma 1.0,
+    fnorm none|std, epsilon 1e-6, step_reward_key step_reward, env_state_hash_key env_state_hash), clipb (epsilon 1e-6, mu 2.5),
     clipv (epsilon 1e-6, mu 8.5, max_frac 1e-4)."""
     policy_loss_fn: str | None = None
     """ppo, gspo, cispo, opmd, sft, dpo, mix, mix_chord, sft_is, sft_phi, topr, sppo, rec,

@@ -3,7 +3,8 @@
 Trinity-RFT computes step_wise_grpo outside the trainer (an experience operator), because a run's
 steps and a task's runs are only guaranteed to be together in the explorer step that produced them;
 a trainer batch may cut a run in two. The explorer appends this operator to the pipeline when the
-resolved algorithm's advantage_fn is `step_wise_grpo`, with `algorithm.advantage_fn_args`.
+resolved algorithm's advantage_fn is `step_wise_grpo` (or `gigpo`: pipeline/gigpo.py), with
+`algorithm.advantage_fn_args`.
 
 Rows are grouped by task (group id: one task in one explorer step) and run (run id); the last step
 of a run is the one with the highest `step` (ties: the later row). The numbers come from
@@ -21,6 +22,7 @@ import torch
 from services.algorithms.advantage.step_wise import check_std_cal_level, step_wise_grpo_scores
 from services.common.config.schema import TrinityConfig
 from services.common.experience import Experience
+from services.explorer.pipeline.gigpo import GiGPO
 from services.explorer.pipeline.operators import ExperienceOperator
 
 
@@ -90,6 +92,9 @@ class StepWiseGRPO(ExperienceOperator):
 def explorer_side_advantage(cfg: TrinityConfig) -> tuple[str, ExperienceOperator] | None:
     """The advantage operator the explorer must run for `cfg.algorithm`, if its advantage fn lives here."""
     algorithm = cfg.algorithm
-    if algorithm.advantage_fn != "step_wise_grpo":
-        return None
-    return "step_wise_grpo", StepWiseGRPO(**(algorithm.advantage_fn_args or {}))
+    args = algorithm.advantage_fn_args or {}
+    if algorithm.advantage_fn == "step_wise_grpo":
+        return "step_wise_grpo", StepWiseGRPO(**args)
+    if algorithm.advantage_fn == "gigpo":
+        return "gigpo", GiGPO(**args)
+    return None

@@ -8,7 +8,10 @@
 The package: this registry of the built-ins; `answers.py` the one answer reader (every reward reads
 and compares answers there); `math_equiv.py` / `math_parse.py` the comparison of math answers under
 it; `math.py` Trinity's math rewards; `shaped.py` the SmolLM2 demo's boxed_shaped_reward; `exact.py`
-exact-match rewards; `countdown.py`; `rm_gallery.py` RM-Gallery's reward models.
+exact-match rewards; `countdown.py`; `rlcr.py` RLCR's calibrated-confidence reward; `rm_gallery.py`
+RM-Gallery's reward models; `openjudge.py` OpenJudge's trajectory grader (an LLM judge).
+A reward class may define `preflight(reward_fn_args) -> [problem]` (and `requires`): config check and
+the explorer's start report what it names.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ REWARD_FUNCTIONS = Registry(
         "format_reward": "services.explorer.rewards.math:FormatReward",
         "math_dapo_reward": "services.explorer.rewards.math:MathDAPOReward",
         "rm_gallery_reward": "services.explorer.rewards.rm_gallery:RMGalleryReward",
+        "rlcr_reward": "services.explorer.rewards.rlcr:RLCRReward",
+        "trajectory_accuracy_grader_reward": "services.explorer.rewards.openjudge:TrajectoryAccuracyGraderReward",
+        "openjudge_reward": "services.explorer.rewards.openjudge:TrajectoryAccuracyGraderReward",
     },
     config_key="default_reward_fn_type",
     plugin_hint="a module in explorer.plugin_dirs that registers it",

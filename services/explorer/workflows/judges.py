@@ -2,7 +2,8 @@
 
 - `math_rm_workflow` / `async_math_rm_workflow`: the reward fn (default `rm_gallery_reward`) is
   called Trinity's RM-Gallery way, `fn(experience, messages, ground_truth=truth)`, and the reward is
-  the sum of the parts it returns (kept as metrics). The reward model lives inside the reward fn
+  its `reward` part when it returns one (trajectory_accuracy_grader_reward), else the sum of the
+  parts it returns (kept as metrics). The reward model lives inside the reward fn
   (RM-Gallery's `reward_name` and its arguments in reward_fn_args), not in explorer.auxiliary_models.
 - `math_ruler_workflow` / `async_math_ruler_workflow`: the first of explorer.auxiliary_models judges
   the whole group of answers in one call (RULER) and its scores, clipped to [0, 1], are the rewards.
@@ -83,7 +84,9 @@ class MathRMWorkflow(SimpleWorkflow):
     def score_by_model(self, exp: Experience, messages: list[dict[str, str]]) -> None:
         parts = _reward_parts(self.reward_fn(exp, messages, ground_truth=self.truth))
         exp.metrics.update(parts)
-        exp.reward = float(sum(parts.values()))
+        # a `reward` part is the reward (OpenJudge's graders, as Trinity's math_openjudge_workflow);
+        # otherwise the parts are summed (RM-Gallery's dimensions)
+        exp.reward = float(parts["reward"] if "reward" in parts else sum(parts.values()))
         exp.info["truth"] = self.truth
 
     def run(self) -> list[Experience]:

@@ -18,6 +18,8 @@ RewardPropagationWorkflow that plays an environment of services/explorer/workflo
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from services.common.errors import InvalidArgument
@@ -166,7 +168,9 @@ class ChatEnvWorkflow(RewardPropagationWorkflow):
     workflow_args: `env` (registered environment, default guess_number), `env_args`, `max_turns`
     (default 5), `stop_on_truncation` (default true: a reply cut by the length limit ends the run;
     false: it is played as it is). The conversation is the system prompt (format.system_prompt), the environment's
-    first observation as the user turn, then alternating replies and observations.
+    first observation as the user turn, then alternating replies and observations. For gigpo each
+    experience's info gets `env_state_hash` (sha256 of the whole conversation the call answered: the
+    same history is the same state) and `step_reward` (the environment's reward for that turn).
     """
 
     def __init__(self, *, task: Task, model: Any, auxiliary_models: list[Any] | None = None) -> None:
@@ -180,10 +184,18 @@ class ChatEnvWorkflow(RewardPropagationWorkflow):
         self.messages: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
         self.messages.append({"role": "user", "content": self.env.reset(task)})
         self.total, self.success = 0.0, 0.0
+        self.step_meta: list[tuple[str, float]] = []  # (hash of the conversation answered, step reward)
 
     @property
     def max_step_num(self) -> int:
         return self.max_turns
+
+    def run(self) -> list[Experience]:
+        experiences = super().run()
+        for exp in experiences:
+            if exp.step < len(self.step_meta):
+                exp.info["env_state_hash"], exp.info["step_reward"] = self.step_meta[exp.step]
+        return experiences
 
     def step(self, step_num: int) -> bool:
         sampling = self.task.rollout_args.sampling()
@@ -195,7 +207,9 @@ class ChatEnvWorkflow(RewardPropagationWorkflow):
             n=1,
         )
         text = reply.choices[0].message.content or ""
+        state = hashlib.sha256(json.dumps(self.messages, sort_keys=True).encode()).hexdigest()
         observation, reward, done = self.env.step(text)
+        self.step_meta.append((state, float(reward)))
         self.total += reward
         self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": observation}]
         if done:

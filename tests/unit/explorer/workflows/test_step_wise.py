@@ -70,6 +70,11 @@ async def test_chat_env_runs_are_several_calls_with_the_runs_return(engine: tupl
         prompts = [e.prompt_length for e in steps]
         assert prompts == sorted(prompts) and (len(prompts) == 1 or prompts[0] < prompts[-1])
         assert steps[-1].messages[1].content.startswith("Guess a number between 0 and 9")
+        # gigpo's info: the turns' rewards add up to the run's return; distinct histories, distinct states
+        assert sum(e.info["step_reward"] for e in steps) == pytest.approx(steps[0].reward)
+        assert len({e.info["env_state_hash"] for e in steps}) == len(steps)
+    # both runs' first calls answered the same conversation: one anchor state
+    assert by_run[0][0].info["env_state_hash"] == by_run[1][0].info["env_state_hash"]
 
 
 async def test_truncated_reply_ends_the_run_by_default(engine: tuple[Any, Any]) -> None:
