@@ -18,7 +18,8 @@ first, the step writes what it has (log `refill_cap_reached` / `refill_taskset_e
 `rollout/refill_cap_reached`), and the trainer's batch takes the rest from the next step.
 
 Each round's pipeline metrics are combined into the step's: counts (`*count`, `dropped_*`,
-`filtered_groups`, `tasks`) add up, other metrics are averaged weighted by the round's experiences.
+`filtered_groups`, `tasks`, step_wise_grpo's `runs`) add up, other metrics are averaged weighted by
+the round's experiences. Streaming writes (writes.py) combine each group's metrics the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from services.explorer.pipeline.operators import PipelineOutput
 
 log = get_logger("explorer.refill")
 SURPLUS = "refill_surplus"
-ADDITIVE = ("filtered_groups", "tasks")
+ADDITIVE = ("filtered_groups", "tasks", "runs")
 
 
 @dataclass(frozen=True)
