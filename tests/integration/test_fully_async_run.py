@@ -2,7 +2,7 @@
 publishes after every step and trains on; the explorer loads the newest version every 2 steps; with
 max_staleness 2 every trained row's version is >= (the step that trained it) - 2, and summary.json's
 counters add up (written = trained + buffered + dropped). Two explorers as processes are covered by
-tests/integration/test_sync_processes.py (trinity run starts one explorer)."""
+tests/integration/test_sync_styles.py (trinity run starts one explorer)."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from services.synchronizer.client import SynchronizerClient
 from services.synchronizer.store import ledger_path
 from services.synchronizer.weights import WeightPublisher, WeightReceiver
 from tests.integration.sync_member import same_bits, weights
-from tests.integration.test_sync_processes import write_config
+from tests.integration.sync_processes import write_config
 
 
 async def restart(service_process, config: pathlib.Path, port: int, proc=None):  # type: ignore[no-untyped-def]
