@@ -8,7 +8,6 @@ import math
 from dataclasses import dataclass
 
 from services.common.config.schema import TrinityConfig
-from services.common.config.tasksets import TasksetDefaults, effective_taskset
 from services.common.errors import InvalidArgument
 
 
@@ -50,12 +49,10 @@ class EngineSettings:
             raise InvalidArgument(
                 "warmup_style cosine needs trainer.total_steps", field="algorithm.optimizer.warmup_style"
             )
+        # the sampling temperature the explorer used: the training taskset's rollout_args, which the
+        # loader resolved (model.temperature included, config/tasksets.py)
         taskset = cfg.buffer.explorer_input.taskset
-        rollout_args = (
-            effective_taskset(taskset, TasksetDefaults.from_config(cfg), is_eval=False).rollout_args
-            if taskset
-            else cfg.model.rollout_defaults
-        )
+        rollout_args = taskset.rollout_args if taskset else cfg.model.rollout_defaults
         temperature = float(rollout_args.get("temperature", 1.0) or 1.0)
         return cfg_cls(
             micro_batch_size=cfg.trainer.effective_micro_batch_size,

@@ -130,3 +130,16 @@ def test_one_lr_keeps_one_param_group(tmp_path: pathlib.Path) -> None:
     )
     engine = build_engine(cfg, device="cpu").engine
     assert len(engine.optimizer.param_groups) == 1  # checkpoints of earlier runs keep their layout
+
+
+def test_the_trainer_takes_the_sampling_temperature_the_loader_resolved() -> None:
+    from services.common.config import validate_config
+    from services.trainer.settings import EngineSettings
+
+    tree = {
+        "model": {"temperature": 0.6},
+        "buffer": {"explorer_input": {"taskset": {"name": "t", "path": "x"}}},
+    }
+    assert EngineSettings.from_config(validate_config(tree)).temperature == 0.6  # model's, via the taskset
+    tree["buffer"]["explorer_input"]["taskset"]["rollout_args"] = {"temperature": 0.9}
+    assert EngineSettings.from_config(validate_config(tree)).temperature == 0.9  # the taskset's own wins
