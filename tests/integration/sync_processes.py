@@ -96,6 +96,19 @@ class Run:
     def all_done(self, *members: str) -> bool:
         return all(self.of(m, "done") for m in members)
 
+    async def play(self, *members: tuple[str, ...], timeout: float = 90) -> None:
+        """Start the synchronizer and each (role, member_id, steps, *extra args) member, then wait until
+        every member is done; on any failure the processes are stopped before the error goes on."""
+        try:
+            await self.start_synchronizer()
+            for role, member_id, steps, *extra in members:
+                self.member(role, member_id, int(steps), *extra)
+            ids = [m[1] for m in members]
+            await self.wait_for(lambda: self.all_done(*ids), timeout, "all members to finish")
+        except BaseException:  # the caller's finally only guards a run that got this far
+            self.stop()
+            raise
+
 
 def versions_of(run: Run, explorer: str) -> tuple[list[int], list[int]]:
     """(version each step ran with, versions loaded), after checking every load and step bit for bit."""

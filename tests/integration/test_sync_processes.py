@@ -20,17 +20,11 @@ from tests.integration.sync_processes import Run
 
 async def run_worked_example(tmp_path: pathlib.Path, method: str) -> Run:
     run = Run(tmp_path, sync_method=method, sync_interval=2, sync_offset=1, sync_timeout=20)
-    try:
-        await run.start_synchronizer()
-        run.member("trainer", "trainer", 6, "--min-explorers", "2")
-        run.member("explorer", "explorer-a", 8)
-        run.member("explorer", "explorer-b", 8, "--step-s", "0.1")
-        await run.wait_for(
-            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
-        )
-    except BaseException:  # the caller's finally only guards a run it got back: stop the processes here
-        run.stop()
-        raise
+    await run.play(
+        ("trainer", "trainer", "6", "--min-explorers", "2"),
+        ("explorer", "explorer-a", "8"),
+        ("explorer", "explorer-b", "8", "--step-s", "0.1"),
+    )
     return run
 
 

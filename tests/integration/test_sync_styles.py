@@ -23,17 +23,11 @@ async def run_pinned(tmp_path: pathlib.Path, method: str, style: str) -> Run:
         sync_timeout=20,
         heartbeat_interval_s=0.1,
     )
-    try:
-        await run.start_synchronizer()
-        run.member("trainer", "trainer", 6, "--min-explorers", "2", "--lead", "explorer-b=2")
-        run.member("explorer", "explorer-a", 7, "--lead", "0")
-        run.member("explorer", "explorer-b", 9, "--lead", "2")
-        await run.wait_for(
-            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
-        )
-    except BaseException:  # the caller's finally only guards a run it got back: stop the processes here
-        run.stop()
-        raise
+    await run.play(
+        ("trainer", "trainer", "6", "--min-explorers", "2", "--lead", "explorer-b=2"),
+        ("explorer", "explorer-a", "7", "--lead", "0"),
+        ("explorer", "explorer-b", "9", "--lead", "2"),
+    )
     return run
 
 
@@ -128,14 +122,12 @@ async def test_max_staleness_holds_explorers_that_run_ahead(tmp_path: pathlib.Pa
         sync_timeout=20,
         heartbeat_interval_s=0.1,
     )
-    await run.start_synchronizer()
-    run.member("trainer", "trainer", 5, "--min-explorers", "2")
-    run.member("explorer", "explorer-a", 6, "--quiet-steps")
-    run.member("explorer", "explorer-b", 6, "--quiet-steps", "--step-s", "0.1")
+    await run.play(
+        ("trainer", "trainer", "5", "--min-explorers", "2"),
+        ("explorer", "explorer-a", "6", "--quiet-steps"),
+        ("explorer", "explorer-b", "6", "--quiet-steps", "--step-s", "0.1"),
+    )
     try:
-        await run.wait_for(
-            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
-        )
         assert trainer_events(run) == ["T1", "v1", "T2", "v2", "T3", "v3", "T4", "v4", "T5", "v5"]
         for explorer in ("explorer-a", "explorer-b"):
             assert versions_of(run, explorer) == ([0, 0, 1, 2, 3, 4], [1, 2, 3, 4])
@@ -163,14 +155,12 @@ async def test_fully_async_two_explorers_within_the_staleness_bound(
         sync_timeout=20,
         heartbeat_interval_s=0.1,
     )
-    await run.start_synchronizer()
-    run.member("trainer", "trainer", 6, "--min-explorers", "2")
-    run.member("explorer", "explorer-a", 7)
-    run.member("explorer", "explorer-b", 7, "--step-s", "0.15")
+    await run.play(
+        ("trainer", "trainer", "6", "--min-explorers", "2"),
+        ("explorer", "explorer-a", "7"),
+        ("explorer", "explorer-b", "7", "--step-s", "0.15"),
+    )
     try:
-        await run.wait_for(
-            lambda: run.all_done("trainer", "explorer-a", "explorer-b"), 90, "all members to finish"
-        )
         events = trainer_events(run)
         # nccl: v6's group may name an explorer that has ended its steps (these stand-ins never
         # leave the groups as the real explorer does before its last step): that publish then fails.
