@@ -22,25 +22,17 @@ name what is missing (the package, the base-URL variable) through `preflight`.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import os
 from typing import Any
 
 from services.common.errors import FailedPrecondition
+from services.explorer.extras import import_extra, installed
 
 _INSTALL = "pip install py-openjudge"
 
 
 def _openjudge(module: str) -> Any:
-    try:
-        return importlib.import_module(f"openjudge.{module}")
-    except ImportError as exc:
-        raise FailedPrecondition(
-            f"trajectory_accuracy_grader_reward needs the OpenJudge package (import name openjudge), "
-            f"which is not installed: {_INSTALL} ({exc})",
-            field="default_reward_fn_type",
-        ) from exc
+    return import_extra("openjudge", module, install=_INSTALL, needed_by="trajectory_accuracy_grader_reward")
 
 
 class TrajectoryAccuracyGraderReward:
@@ -52,11 +44,7 @@ class TrajectoryAccuracyGraderReward:
     def preflight(cls, reward_fn_args: dict[str, Any]) -> list[str]:
         """What stops the reward before its first reply: the package, the judge's base URL."""
         problems = []
-        try:
-            found = importlib.util.find_spec("openjudge") is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
+        if not installed("openjudge"):
             problems.append(
                 f"trajectory_accuracy_grader_reward needs the Python package 'openjudge' ({_INSTALL})"
             )

@@ -15,25 +15,17 @@ error saying `pip install rm-gallery`.
 
 from __future__ import annotations
 
-import importlib
 import uuid
 from typing import Any
 
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.errors import InvalidArgument
+from services.explorer.extras import import_extra
 
 _INSTALL = "pip install rm-gallery"
 
 
 def _rm_gallery(module: str) -> Any:
-    """`rm_gallery.<module>`, or a clear error when RM-Gallery is not installed."""
-    try:
-        return importlib.import_module(f"rm_gallery.{module}")
-    except ImportError as exc:
-        raise FailedPrecondition(
-            f"rm_gallery_reward needs the RM-Gallery package (import name rm_gallery), which is not "
-            f"installed: {_INSTALL} ({exc})",
-            field="default_reward_fn_type",
-        ) from exc
+    return import_extra("rm_gallery", module, install=_INSTALL, needed_by="rm_gallery_reward")
 
 
 class RMGalleryReward:

@@ -14,13 +14,13 @@ worker thread) or `run_async()` (run on the explorer's event loop; set `is_async
 from __future__ import annotations
 
 import copy
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.config.buffer import FormatConfig
 from services.common.experience import Experience
 from services.common.experience import Task as WireTask
+from services.explorer.extras import installed
 
 ROLLOUT_DEFAULTS: dict[str, Any] = {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": 0}
 
@@ -139,11 +139,7 @@ class Workflow:
         """
         problems = []
         for module, install in cls.requires:
-            try:
-                found = importlib.util.find_spec(module) is not None
-            except (ImportError, ValueError):
-                found = False
-            if not found:
+            if not installed(module):
                 problems.append(
                     f"{cls.__name__} needs the Python package {module!r}, which is not installed ({install})"
                 )
