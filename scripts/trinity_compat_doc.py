@@ -29,6 +29,19 @@ TRINITY_KEYS_FILE = EXAMPLES.parent / "trinity_v052_keys.txt"
 TRINITY_V06_KEYS_FILE = EXAMPLES.parent / "trinity_v06_keys.txt"
 
 
+def refused_table(outcomes: Counter[str] | dict[str, int]) -> list[str]:
+    """The markdown table of refused keys (outcomes `refused: KEY`), most configs first."""
+    return [
+        "| refused key | configs |",
+        "| --- | --- |",
+        *(
+            f"| `{key.removeprefix('refused: ')}` | {count} |"
+            for key, count in sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))
+            if key.startswith("refused: ")
+        ),
+    ]
+
+
 def example_configs(folder: pathlib.Path = EXAMPLES) -> list[pathlib.Path]:
     """The Trinity run configs among the example files of `folder` (EXAMPLES or EXAMPLES_V06)."""
     skip = {NOT_A_CONFIG, NOT_A_CONFIG_V06}
@@ -179,13 +192,7 @@ def render_compat() -> list[str]:
         "The refused values, by key (every problem of each config, `trinity config check` style; a config",
         "can have several; the key's entry below or its schema docstring says why and what to use instead):",
         "",
-        "| refused key | configs |",
-        "| --- | --- |",
-        *(
-            f"| `{key.removeprefix('refused: ')}` | {count} |"
-            for key, count in sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))
-            if key.startswith("refused: ")
-        ),
+        *refused_table(outcomes),
         "",
         "`trinity config check` then also looks up the algorithm, workflow, reward and operator names",
         "and the files; `pytest -s tests/unit/common/config/test_trinity_compat.py` prints that fuller tally.",

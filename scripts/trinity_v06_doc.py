@@ -11,6 +11,7 @@ from scripts.trinity_compat_doc import (
     TRINITY_V06_KEYS_FILE,
     describe,
     our_key_paths,
+    refused_table,
     schema_gap,
     tally,
     trinity_keys,
@@ -68,13 +69,7 @@ def render_v06() -> list[str]:
         "",
         "The refused values, by key (every problem of each config; a config can have several):",
         "",
-        "| refused key | configs |",
-        "| --- | --- |",
-        *(
-            f"| `{key.removeprefix('refused: ')}` | {count} |"
-            for key, count in sorted(outcomes.items(), key=lambda kv: (-kv[1], kv[0]))
-            if key.startswith("refused: ")
-        ),
+        *refused_table(outcomes),
         "",
         "`trinity config check` then also looks up the algorithm, workflow, reward and operator names",
         "and the files; `pytest -s tests/unit/common/config/test_trinity_v06_compat.py` prints that tally.",
