@@ -152,3 +152,14 @@ def fresh_run_overrides(cfg: TrinityConfig, overrides: Sequence[str]) -> list[st
     """
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return [*overrides, f"name={cfg.name}_{stamp}", "continue_from_checkpoint=true"]
+
+
+def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
+    """--set items of explorer replica `index` (2, 3, ...): its own member name and port; it scores
+    no eval tasksets (the first explorer does, once per eval step)."""
+    return (
+        f"explorer.name={cfg.explorer.name}-{index}",
+        f"services.explorer.port={free_port()}",
+        "explorer.eval_on_startup=false",
+        "buffer.explorer_input.eval_tasksets=[]",
+    )

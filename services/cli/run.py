@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli import stages as st
+from services.cli.counts import record_counts
 from services.cli.curve import learning_curve
-from services.cli.phases import stage_phases
 from services.cli.prepare import (
     INFRA,
     LABEL_WIDTH,
@@ -39,6 +39,7 @@ from services.cli.prepare import (
     fresh_run_overrides,
     preflight,
     prepare_data,
+    replica_overrides,
     resolve_ports,
     say,
     takes_turns,
@@ -49,9 +50,8 @@ from services.common.config import TrinityConfig, load_config
 from services.common.errors import TrinityError
 from services.common.health import wait_healthy
 from services.common.logging import LOG_FILE_ENV
-from services.common.parent_watch import LABEL_ENV, SIBLINGS_ENV, STOP_ORDER, write_siblings
+from services.common.parent_watch import LABEL_ENV, SIBLINGS_ENV, stop_order, write_siblings
 from services.common.procs import listening
-from services.trainer.tally import Tally
 
 
 @dataclass
@@ -59,6 +59,7 @@ class Child:
     name: str
     proc: asyncio.subprocess.Process
     log_file: Any
+    address: str = ""
     pump: asyncio.Task[None] | None = None
     tail: list[str] = field(default_factory=list)
 
@@ -78,6 +79,7 @@ class StageRunner:
         self.log_dir = os.path.join(cfg.run_dir, "logs")
         # {label: pid} of the children, for them to stop in order if this process dies (parent_watch.py)
         self.siblings_file = os.path.join(self.log_dir, "children.json")
+        self.service_of: dict[str, str] = {}  # child label -> service module (explorer-2 -> explorer)
 
     def _record_children(self) -> None:
         write_siblings(self.siblings_file, {label: c.proc.pid for label, c in self.children.items()})
@@ -86,9 +88,16 @@ class StageRunner:
 
     async def start(self, name: str, *overrides: str, label: str | None = None, alone: bool = False) -> Child:
         """Start `python -m services.<name>` and wait until it is healthy; `alone`: the only
-        computing worker of the moment (see child_env)."""
+        computing worker of the moment (see child_env). An explorer replica (label `explorer-2`, ...)
+        is found at the port its overrides give it (replica_overrides)."""
         label = label or name
+        self.service_of[label] = name
         endpoint = self.cfg.services.endpoint(name)  # type: ignore[arg-type]
+        port = next(
+            (int(o.split("=", 1)[1]) for o in overrides if o.startswith(f"services.{name}.port=")), None
+        )
+        if port is not None:
+            endpoint = endpoint.model_copy(update={"port": port})
         if endpoint.port and listening(endpoint.host, endpoint.port):
             # its health check would answer for the other server while this child fails to bind
             raise RuntimeError(
@@ -117,7 +126,7 @@ class StageRunner:
             },
             start_new_session=True,
         )
-        child = Child(label, proc, log_file)
+        child = Child(label, proc, log_file, endpoint.address)
         child.pump = asyncio.create_task(self._pump(child))
         self.children[label] = child
         self._record_children()
@@ -158,7 +167,7 @@ class StageRunner:
         child.log_file.close()
 
     async def stop_all(self) -> None:
-        for label in [n for n in STOP_ORDER if n in self.children]:
+        for label in stop_order(list(self.children)):
             await self.stop(label)
 
     # ---- the stage ------------------------------------------------------------------------------
@@ -183,7 +192,7 @@ class StageRunner:
                 code = await self.run_workers(workers, startup_eval=not entry["eval"].get("start"))
                 if code != 0:
                     return code
-            await self.record_counts(entry)
+            await record_counts(self.cfg, entry)
             if has_eval:
                 entry["eval"]["end"] = await self.bench("end")
                 entry["eval"]["curve"] = learning_curve(self.cfg)
@@ -246,15 +255,29 @@ class StageRunner:
         return records
 
     async def run_workers(self, workers: Sequence[str], *, startup_eval: bool = True) -> int:
+        labels: list[str] = []
         for name in workers:
             if not startup_eval and name == "explorer":
                 self.overrides[name] = ("explorer.eval_on_startup=false",)
-            await self.start(name, *self.overrides.get(name, ()), alone=self._alone(workers))
-            say(f"{name} is SERVING at {self.cfg.services.endpoint(name).address}")  # type: ignore[arg-type]
+            labels.append(name)
+            if name == "explorer":
+                for index in range(2, self.cfg.explorer.replicas + 1):
+                    label = f"explorer-{index}"
+                    self.overrides[label] = replica_overrides(self.cfg, index)
+                    self.service_of[label] = "explorer"
+                    labels.append(label)
+        for label in labels:
+            child = await self.start(
+                self.service_of.get(label, label),
+                *self.overrides.get(label, ()),
+                label=label,
+                alone=self._alone(labels),
+            )
+            say(f"{label} is SERVING at {child.address}")
         reporter = ProgressReporter(self.cfg, [*workers])
         progress = asyncio.create_task(reporter.run())
         try:
-            return await self._watch(workers)
+            return await self._watch(labels)
         finally:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -262,7 +285,7 @@ class StageRunner:
 
     def _alone(self, workers: Sequence[str]) -> bool:
         """Each worker may use every core: it is the only one, or the workers take turns."""
-        return len(workers) == 1 or takes_turns(self.cfg)
+        return len(workers) == 1 or (len(workers) == 2 and takes_turns(self.cfg))
 
     async def _watch(self, workers: Sequence[str]) -> int:
         restarts: dict[str, int] = {}
@@ -296,41 +319,13 @@ class StageRunner:
                 )
                 await self.stop(label)
                 await self.start(
-                    label, *self.overrides.get(label, ()), alone=label in workers and self._alone(workers)
+                    self.service_of.get(label, label),
+                    *self.overrides.get(label, ()),
+                    label=label,
+                    alone=label in workers and self._alone(workers),
                 )
             if done == set(workers):
                 return 0
-
-    async def record_counts(self, entry: dict[str, Any]) -> None:
-        from services.buffer.client import BufferClient
-
-        experience_buffer = self.cfg.buffer.trainer_input.experience_buffer
-        name = experience_buffer.name or "experience_buffer"
-        async with await BufferClient.connect(
-            self.cfg.services.buffer.address, services_cfg=self.cfg.services
-        ) as buffer:
-            stats = await buffer.stats(name)
-        # The run dir may hold an earlier run's trainer progress (train, then explore): count it only
-        # when this run trains.
-        got = st.progress_tally(self.cfg) if "trainer" in WORKERS_OF_MODE[self.cfg.mode] else Tally()
-        entry["steps"], entry["tokens_trained"] = got.steps, got.tokens
-        entry["updates_lost"] = got.updates_lost
-        # Rows the explorers' pipelines dropped before writing count as written (produced) and dropped.
-        before_write = st.explorer_drops(self.cfg) if "explorer" in WORKERS_OF_MODE[self.cfg.mode] else {}
-        counts: dict[str, Any] = {
-            "written": stats.written + sum(before_write.values()),
-            "trained": got.trained,
-        }
-        if experience_buffer.storage_type == "file":
-            # A dataset: rows are read, not written; nothing waits in a queue.
-            counts = {"written": 0, "trained": got.trained, "dataset_rows_read": stats.written}
-        # Rows of crash-lost steps that wait to be trained again sit in the trainer's replay journal.
-        counts["buffered"] = (
-            0 if experience_buffer.storage_type == "file" else stats.depth + stats.leased
-        ) + got.awaiting_replay
-        counts["dropped"] = {**before_write, **got.dropped}
-        entry["experiences"] = counts
-        entry["phases"] = stage_phases(self.cfg, WORKERS_OF_MODE[self.cfg.mode])
 
 
 async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:

@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 PARENT_ENV = "TRINITY_PARENT_PID"
@@ -64,16 +64,32 @@ def alive(pid: int) -> bool:
     return True
 
 
-def stop_before(label: str) -> tuple[str, ...]:
-    """The labels that stop before `label` (none for a label outside STOP_ORDER)."""
-    return STOP_ORDER[: STOP_ORDER.index(label)] if label in STOP_ORDER else ()
+def role(label: str) -> str:
+    """A child's place in STOP_ORDER: an explorer replica (`explorer-2`, ...) stops with the explorer."""
+    if label not in STOP_ORDER and label.startswith("explorer-") and label.removeprefix("explorer-").isdigit():
+        return "explorer"
+    return label
+
+
+def stop_order(labels: Iterable[str]) -> list[str]:
+    """`labels` in the order the runner stops them (labels outside STOP_ORDER are left out)."""
+    ranked = [label for label in labels if role(label) in STOP_ORDER]
+    return sorted(ranked, key=lambda label: (STOP_ORDER.index(role(label)), label))
+
+
+def stop_before(label: str, labels: Iterable[str] = STOP_ORDER) -> tuple[str, ...]:
+    """Those of `labels` that stop before `label` (none for a label outside STOP_ORDER)."""
+    if role(label) not in STOP_ORDER:
+        return ()
+    rank = STOP_ORDER.index(role(label))
+    return tuple(other for other in stop_order(labels) if STOP_ORDER.index(role(other)) < rank)
 
 
 def wait_for_siblings(label: str, siblings: dict[str, int], grace_s: float) -> dict[str, float]:
     """Wait until the siblings that stop before `label` have exited; returns the seconds waited
     for each (each bounded by grace_s + SIBLING_MARGIN_S)."""
     waited: dict[str, float] = {}
-    for name in stop_before(label):
+    for name in stop_before(label, siblings):
         pid = siblings.get(name)
         if not pid or pid == os.getpid():
             continue

@@ -1,8 +1,8 @@
 """`trinity run` with synchronizer.sync_style fully_async on the builtin tiny model: the trainer
 publishes after every step and trains on; the explorer loads the newest version every 2 steps; with
 max_staleness 2 every trained row's version is >= (the step that trained it) - 2, and summary.json's
-counters add up (written = trained + buffered + dropped). Two explorers as processes are covered by
-tests/integration/test_sync_styles.py (trinity run starts one explorer)."""
+counters add up (written = trained + buffered + dropped), with two explorers (explorer.replicas)
+writing into the one buffer. The sync styles with stand-in processes: tests/integration/test_sync_styles.py."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Pat
             },
             "trainer_input": {"experience_buffer": {"name": "rollouts", "storage_type": "queue"}},
         },
-        "explorer": {"eval_on_startup": False},
+        "explorer": {"eval_on_startup": False, "replicas": 2},
         "synchronizer": {
             "sync_style": "fully_async",
             "sync_method": "checkpoint",
@@ -61,6 +61,10 @@ def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Pat
     for record in steps:
         lag = record["metrics"]["staleness/max"] + 1  # training step - oldest version
         assert lag <= MAX_STALENESS, record
+    for name in ("explorer", "explorer-2"):  # both explorers ran rollout steps
+        progress = run_dir / "explorer" / f"progress-{name}.jsonl"
+        records = [json.loads(line) for line in progress.read_text().splitlines()]
+        assert [r for r in records if r.get("metrics", {}).get("time/rollout_s", 0) > 0], name
     counts = summary["experiences"]
     assert counts["written"] == counts["trained"] + counts["buffered"] + sum(counts["dropped"].values())
     assert counts["trained"] == STEPS * BATCH * REPEAT

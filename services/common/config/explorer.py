@@ -207,6 +207,12 @@ class AuxiliaryModelConfig(Section):
 class ExplorerConfig(Section):
     name: str = "explorer"
     """Member name (unique per explorer; a restart reuses it)."""
+    replicas: int = Field(1, ge=1, le=16)
+    """Explorers `trinity run` starts on this machine (ours; Trinity-RFT runs more explorers as
+    separate explore-mode runs). Each is its own process and synchronizer member, named `name`,
+    `name-2`, `name-3`, ..., with its own taskset cursor (each reads the whole taskset) and its own
+    port (services.explorer.port, then free ports); all write to the one experience buffer. Under
+    systemd, compose or Kubernetes run more explorer services instead (deploy/)."""
     runner_per_model: int = Field(8, ge=1)
     """Concurrent workflow runners per engine."""
     max_repeat_times_per_runner: int | None = Field(None, ge=1)

@@ -10,7 +10,14 @@ import time
 import pytest
 
 from services.common import parent_watch
-from services.common.parent_watch import alive, read_siblings, stop_before, wait_for_siblings, write_siblings
+from services.common.parent_watch import (
+    alive,
+    read_siblings,
+    stop_before,
+    stop_order,
+    wait_for_siblings,
+    write_siblings,
+)
 
 
 def test_each_service_stops_after_those_before_it_in_the_runners_order() -> None:
@@ -44,3 +51,11 @@ def test_waits_for_a_sibling_to_exit_and_no_longer_than_its_bound(monkeypatch: p
         hung.kill()
         hung.wait(5)
     assert not alive(hung.pid) and not alive(quick.pid)
+
+
+def test_explorer_replicas_stop_with_the_explorer() -> None:
+    labels = ["buffer", "explorer-2", "trainer", "explorer", "synchronizer", "explorer-bench"]
+    assert stop_order(labels) == ["explorer-bench", "explorer", "explorer-2", "trainer", "synchronizer", "buffer"]
+    assert stop_before("trainer", labels) == ("explorer-bench", "explorer", "explorer-2")
+    assert stop_before("explorer-2", labels) == ("explorer-bench",)
+    assert stop_order(["explorer-x", "buffer"]) == ["buffer"]  # not a replica label
