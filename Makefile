@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 TORCH_VERSION := 2.13.0
 TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
+, := ,
 
 .PHONY: all setup demo test test-deploy image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
 
@@ -145,13 +146,18 @@ bench: $(STAMP)
 # GRPO on a real chat model (SmolLM2-135M-Instruct) on the CPU with vLLM rollouts, offline:
 # examples/smollm2_grpo/README.md. Set-up (.venv-vllm, the model) ~5 min once, then ~35 min for the
 # default 40 steps on 2 cores; SMOLLM2_STEPS=2 checks the pipeline in a few minutes, SMOLLM2_SEED=1
-# runs another seed (its own run dir). Ends with summary.json and plot.png in the run dir.
-SMOLLM2_RUN = runs/trinity-grpc-examples/smollm2-arith-grpo-seed$${SMOLLM2_SEED:-0}
+# runs another seed (its own run dir). SMOLLM2_VARIANT picks examples/smollm2_grpo/<variant>.yaml:
+# config (default, on-policy GRPO), offset1, fully_async, dapo_first_wording. SMOLLM2_PIN=1 pins the
+# trainer to core 0 and the explorer to core 1 (taskset, one torch thread each: two devices' stand-in).
+# Ends with summary.json and plot.png in the run dir.
+SMOLLM2_VARIANT ?= config
+SMOLLM2_CONFIG = examples/smollm2_grpo/$(SMOLLM2_VARIANT).yaml
 demo-llm: $(VLLM_STAMP) model-smollm2
+	@test -f $(SMOLLM2_CONFIG) || { echo "SMOLLM2_VARIANT=$(SMOLLM2_VARIANT): no $(SMOLLM2_CONFIG); one of: $$(cd examples/smollm2_grpo && ls *.yaml | sed 's/.yaml//' | tr '\n' ' ')"; exit 2; }
 	$(VLLM_BIN)/python -m services.tasks.chat_arith runs/smollm2_data
-	TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/trinity run -c examples/smollm2_grpo/config.yaml
-	$(VLLM_BIN)/trinity plot $(SMOLLM2_RUN)
-	@echo "summary: $(SMOLLM2_RUN)/summary.json  plot: $(SMOLLM2_RUN)/plot.png"
+	$(VLLM_BIN)/python -m services.tasks.chat_arith runs/smollm2_data_first --wording first
+	$(if $(SMOLLM2_PIN),TRINITY_PIN_CPUS=trainer=0$(,)explorer=1) TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/trinity run -c $(SMOLLM2_CONFIG)
+	$(VLLM_BIN)/trinity plot -c $(SMOLLM2_CONFIG)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) tools/node/node_modules runs

@@ -26,7 +26,8 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
 
-FIRST_WORDING = "What is {a} + {b}? Put your final answer in \\boxed{{}}."
+from services.tasks.chat_arith import FIRST_WORDING  # noqa: E402
+
 SAMPLES, TEMPERATURE, MAX_TOKENS = 8, 0.7, 64
 
 

@@ -118,10 +118,17 @@ def draw(series: RunSeries, out: str | pathlib.Path, title: str) -> pathlib.Path
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from services.common.errors import TrinityError
+    from services.common.errors import InvalidArgument, TrinityError
 
-    run_dir = pathlib.Path(args.run_dir)
     try:
+        if (args.run_dir is None) == (args.config is None):
+            raise InvalidArgument("give a run directory or --config, one of them", field="run_dir")
+        if args.config is not None:
+            from services.common.config import load_config
+
+            run_dir = pathlib.Path(load_config(args.config).run_dir)
+        else:
+            run_dir = pathlib.Path(args.run_dir)
         series = read_run(run_dir)
         path = draw(series, args.out or run_dir / "plot.png", title=run_dir.name)
     except TrinityError as exc:
@@ -133,6 +140,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def add_plot_parser(sub: argparse._SubParsersAction) -> None:
     plot = sub.add_parser("plot", help="a PNG of a run: reward per step, held-out accuracy vs minutes")
-    plot.add_argument("run_dir", help="the run directory (<checkpoint_root_dir>/<project>/<name>)")
+    plot.add_argument("run_dir", nargs="?", help="the run directory (<checkpoint_root_dir>/<project>/<name>)")
+    plot.add_argument("-c", "--config", help="the run's config instead of its directory")
     plot.add_argument("--out", help="PNG path (default RUN_DIR/plot.png)")
     plot.set_defaults(func=cmd_plot)

@@ -163,3 +163,35 @@ def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
         "explorer.eval_on_startup=false",
         "buffer.explorer_input.eval_tasksets=[]",
     )
+
+
+PIN_ENV = "TRINITY_PIN_CPUS"
+
+
+def pinned_cpus(label: str, spec: str | None = None) -> list[int] | None:
+    """The CPUs child `label` is pinned to by $TRINITY_PIN_CPUS (`trainer=0,explorer=1`;
+    `explorer=1-3` a range; `explorer=1+2` a list), or None (not pinned). Pinned children run under
+    `taskset -c` with one torch thread per CPU: on one machine this stands for one device each."""
+    spec = os.environ.get(PIN_ENV, "") if spec is None else spec
+    found: list[int] | None = None
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, cpus = item.partition("=")
+        if not sep or not name.strip() or not cpus.strip():
+            raise ConfigError(f"{item!r} is not LABEL=CPUS (e.g. trainer=0,explorer=1)", field=PIN_ENV)
+        try:
+            chosen: list[int] = []
+            for part in cpus.strip().split("+"):
+                low, _, high = part.partition("-")
+                chosen.extend(range(int(low), int(high or low) + 1))
+        except ValueError:
+            raise ConfigError(
+                f"{cpus!r} of {name} is not a CPU number, range or list", field=PIN_ENV
+            ) from None
+        available = os.sched_getaffinity(0)
+        if not chosen or not set(chosen) <= available:
+            raise ConfigError(
+                f"{name}={cpus} names CPUs this process may not use ({sorted(available)})", field=PIN_ENV
+            )
+        if name.strip() == label:
+            found = chosen
+    return found

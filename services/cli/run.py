@@ -37,6 +37,7 @@ from services.cli.prepare import (
     WORKERS_OF_MODE,
     child_env,
     fresh_run_overrides,
+    pinned_cpus,
     preflight,
     prepare_data,
     replica_overrides,
@@ -109,7 +110,14 @@ class StageRunner:
         # unbuffered: a line the pump took from the child is on disk even if the runner is killed
         log_file = open(log_path, "ab", buffering=0)  # noqa: ASYNC230, SIM115 - closed in stop_all
         args = [arg for item in overrides for arg in ("--set", item)]
+        env = child_env(alone=alone)
+        cpus = pinned_cpus(label)
+        pin: list[str] = []
+        if cpus is not None:  # one device each, on one machine: its own cores, a torch thread per core
+            pin = ["taskset", "-c", ",".join(map(str, cpus))]
+            env["OMP_NUM_THREADS"] = str(len(cpus))
         proc = await asyncio.create_subprocess_exec(
+            *pin,
             sys.executable,
             "-m",
             f"services.{name}",
@@ -119,7 +127,7 @@ class StageRunner:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             env={
-                **child_env(alone=alone),
+                **env,
                 LOG_FILE_ENV: log_path,
                 SIBLINGS_ENV: self.siblings_file,
                 LABEL_ENV: label,
@@ -334,6 +342,7 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
         cfg = load_config(config, fresh_run_overrides(cfg, overrides))
     root = cfg.run_dir
     preflight(cfg)
+    pinned_cpus("")  # a malformed $TRINITY_PIN_CPUS fails here, before any service starts
     prepare_data(cfg)
     summary = st.load_summary(root)
     previous: TrinityConfig | None = None

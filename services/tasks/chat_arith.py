@@ -27,6 +27,10 @@ from typing import Any, Protocol
 from services.common.errors import InvalidArgument
 
 QUESTION = "What is ${a} + {b}$? Give the final answer as a LaTeX \\boxed{{}} expression."
+FIRST_WORDING = "What is {a} + {b}? Put your final answer in \\boxed{{}}."
+"""The first wording, under which groups settled on the right number unboxed (the stall dynamic
+sampling is measured against: examples/smollm2_grpo/dapo_first_wording.yaml)."""
+WORDINGS = {"latex": QUESTION, "first": FIRST_WORDING}
 A_RANGE = range(10, 100)
 B_RANGE = range(2, 10)
 HELDOUT_SIZE = 200
@@ -37,16 +41,19 @@ class ChatTemplate(Protocol):
     def apply_chat_template(self, conversation: list[dict[str, str]], **kwargs: Any) -> Any: ...
 
 
-def all_rows() -> list[dict[str, str]]:
-    """Every problem, in a fixed order."""
-    return [{"question": QUESTION.format(a=a, b=b), "answer": str(a + b)} for a in A_RANGE for b in B_RANGE]
+def all_rows(wording: str = "latex") -> list[dict[str, str]]:
+    """Every problem, in a fixed order, asked in one of WORDINGS."""
+    if wording not in WORDINGS:
+        raise InvalidArgument(f"wording must be one of {sorted(WORDINGS)}, got {wording!r}", field="wording")
+    template = WORDINGS[wording]
+    return [{"question": template.format(a=a, b=b), "answer": str(a + b)} for a in A_RANGE for b in B_RANGE]
 
 
 def split_rows(
-    heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED
+    heldout_size: int = HELDOUT_SIZE, seed: int = SPLIT_SEED, wording: str = "latex"
 ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-    """(train, heldout): disjoint, heldout fixed by `seed`."""
-    rows = all_rows()
+    """(train, heldout): disjoint, heldout fixed by `seed` (the same problems in every wording)."""
+    rows = all_rows(wording)
     if not 0 < heldout_size < len(rows):
         raise InvalidArgument(
             f"heldout_size must be in 1..{len(rows) - 1}, got {heldout_size}", field="heldout_size"
@@ -59,12 +66,12 @@ def split_rows(
     return train, heldout
 
 
-def write_tasksets(out_dir: str | pathlib.Path) -> dict[str, pathlib.Path]:
+def write_tasksets(out_dir: str | pathlib.Path, wording: str = "latex") -> dict[str, pathlib.Path]:
     """train.jsonl and heldout.jsonl under `out_dir` (rewritten identically on every call)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, pathlib.Path] = {}
-    for name, rows in zip(("train", "heldout"), split_rows(), strict=True):
+    for name, rows in zip(("train", "heldout"), split_rows(wording=wording), strict=True):
         path = out / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         paths[name] = path
@@ -85,7 +92,13 @@ def render_prompt(tokenizer: ChatTemplate, row: dict[str, str]) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m services.tasks.chat_arith OUT_DIR")
-    for split, file in write_tasksets(sys.argv[1]).items():
+    args = sys.argv[1:]
+    wording = "latex"
+    if len(args) == 3 and args[1] == "--wording":
+        wording = args[2]
+    elif len(args) != 1:
+        sys.exit(f"usage: python -m services.tasks.chat_arith OUT_DIR [--wording {'|'.join(WORDINGS)}]")
+    if wording not in WORDINGS:
+        sys.exit(f"--wording must be one of {', '.join(WORDINGS)}, got {wording!r}")
+    for split, file in write_tasksets(args[0], wording).items():
         print(f"{split}: {file}")

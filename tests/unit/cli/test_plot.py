@@ -81,3 +81,17 @@ def test_a_run_with_a_learning_curve_is_drawn_against_training_minutes(tmp_path:
     assert series.evals == {"h strict": [(0.0, 0.0), (7.5, 0.4)]}  # strict drawn, so not the reward
     assert series.minutes == "training minutes (evals left out)"
     assert len(series.reward) == 3  # the reward per step still comes from the scalars
+
+
+def test_plot_finds_the_run_dir_from_the_config(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"project: p\nname: n\ncheckpoint_root_dir: {tmp_path / 'runs'}\n")
+    fake_run(tmp_path / "runs" / "p" / "n")
+    with pytest.raises(SystemExit) as done:
+        main(["plot", "-c", str(config)])
+    assert done.value.code == 0
+    assert (tmp_path / "runs" / "p" / "n" / "plot.png").exists()
+    with pytest.raises(SystemExit) as done:
+        main(["plot"])
+    assert done.value.code == 2
+    assert "one of them" in capsys.readouterr().err

@@ -9,7 +9,9 @@ import pathlib
 import pytest
 
 from services.cli import prepare
+from services.cli.prepare import pinned_cpus
 from services.common.config import load_config
+from services.common.errors import ConfigError
 
 # ---- child_env -----------------------------------------------------------------------------------
 
@@ -74,3 +76,31 @@ def test_workers_that_take_turns_on_a_real_model_each_get_every_core(
         f"checkpoint_root_dir={tmp_path}",
     ]
     assert prepare.takes_turns(load_config(None, [*base, *overrides])) is turns
+
+
+def test_pinned_cpus_reads_labels_ranges_and_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    spec = "trainer=0, explorer=1-2,explorer-2=1+3"
+    assert pinned_cpus("trainer", spec) == [0]
+    assert pinned_cpus("explorer", spec) == [1, 2]
+    assert pinned_cpus("explorer-2", spec) == [1, 3]
+    assert pinned_cpus("buffer", spec) is None
+    assert pinned_cpus("trainer", "") is None
+    monkeypatch.setenv("TRINITY_PIN_CPUS", "trainer=3")
+    assert pinned_cpus("trainer") == [3]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("trainer", "not LABEL=CPUS"),
+        ("trainer=x", "not a CPU number"),
+        ("trainer=7", "may not use"),
+        ("=1", "LABEL"),
+    ],
+)
+def test_a_bad_pin_spec_names_the_variable(monkeypatch: pytest.MonkeyPatch, spec: str, message: str) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    with pytest.raises(ConfigError, match=message) as info:
+        pinned_cpus("trainer", spec)
+    assert info.value.field == "TRINITY_PIN_CPUS"

@@ -67,3 +67,15 @@ def test_messages_need_a_question() -> None:
     assert chat_messages({"question": "q", "answer": "1"}) == [{"role": "user", "content": "q"}]
     with pytest.raises(InvalidArgument, match="'question'"):
         chat_messages({"prompt": "q"})
+
+
+def test_the_first_wording_asks_the_same_problems(tmp_path: pathlib.Path) -> None:
+    latex_train, latex_held = split_rows()
+    first_train, first_held = split_rows(wording="first")
+    assert [r["answer"] for r in first_held] == [r["answer"] for r in latex_held]
+    assert first_train[0]["question"].endswith("Put your final answer in \\boxed{}.")
+    assert "$" not in first_train[0]["question"] and len(first_train) == len(latex_train)
+    paths = write_tasksets(tmp_path, "first")
+    assert "Put your final answer" in paths["heldout"].read_text()
+    with pytest.raises(InvalidArgument, match="wording"):
+        all_rows("other")

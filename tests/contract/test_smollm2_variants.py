@@ -1,0 +1,83 @@
+"""examples/smollm2_grpo's variants are config.yaml with a few keys changed (so a measured difference
+is the variant's), and each loads with the meaning its header claims."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+import yaml
+
+from services.common.config import load_config
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "smollm2_grpo"
+
+# the keys each variant changes from config.yaml (flattened paths)
+CHANGED = {
+    "offset1": {"name", "synchronizer.sync_offset"},
+    "fully_async": {
+        "name",
+        "algorithm.bypass_old_logprobs",
+        "algorithm.rollout_correction.rollout_is",
+        "algorithm.rollout_correction.rollout_is_threshold",
+        "synchronizer.sync_offset",
+        "synchronizer.sync_style",
+        "synchronizer.explorer_sync_interval",
+        "synchronizer.max_staleness",
+    },
+    "dapo_first_wording": {
+        "name",
+        "algorithm.algorithm_type",
+        "algorithm.policy_loss_fn_args.clip_range_low",
+        "algorithm.policy_loss_fn_args.clip_range_high",
+        "algorithm.policy_loss_fn_args.loss_agg_mode",
+        "buffer.explorer_input.taskset.path",
+        "buffer.explorer_input.eval_tasksets",
+        "data_processor.experience_pipeline.operators",
+        "explorer.max_num_gen_batches",
+    },
+}
+
+
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def test_every_variant_is_listed() -> None:
+    assert {p.stem for p in EXAMPLE.glob("*.yaml")} - {"config"} == set(CHANGED)
+
+
+@pytest.mark.parametrize("variant", sorted(CHANGED))
+def test_a_variant_changes_only_its_keys(variant: str) -> None:
+    base = flat(yaml.safe_load((EXAMPLE / "config.yaml").read_text()))
+    other = flat(yaml.safe_load((EXAMPLE / f"{variant}.yaml").read_text()))
+    changed = {key for key in base.keys() | other.keys() if base.get(key) != other.get(key)}
+    assert changed == CHANGED[variant]
+
+
+def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRINITY_CHECKPOINT_ROOT_DIR", str(tmp_path))
+    for data in ("smollm2_data", "smollm2_data_first"):
+        (tmp_path / data).mkdir()
+        for split in ("train", "heldout"):
+            (tmp_path / data / f"{split}.jsonl").write_text('{"question": "q", "answer": "1"}\n')
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("SMOLLM2_DIR", str(model))
+    fully = load_config(str(EXAMPLE / "fully_async.yaml"))
+    assert fully.synchronizer.sync_style == "fully_async" and fully.synchronizer.max_staleness == 2
+    assert fully.algorithm.rollout_correction is not None and not fully.algorithm.bypass_old_logprobs
+    dapo = load_config(str(EXAMPLE / "dapo_first_wording.yaml"))
+    assert dapo.algorithm.algorithm_type == "dapo" and dapo.algorithm.repeat_times == 8
+    assert [op.name for op in dapo.data_processor.experience_pipeline.operators] == [
+        "mask_response_truncated",
+        "dapo_dynamic_sampling",
+    ]
+    assert load_config(str(EXAMPLE / "offset1.yaml")).synchronizer.sync_offset == 1
