@@ -66,7 +66,11 @@ def alive(pid: int) -> bool:
 
 def role(label: str) -> str:
     """A child's place in STOP_ORDER: an explorer replica (`explorer-2`, ...) stops with the explorer."""
-    if label not in STOP_ORDER and label.startswith("explorer-") and label.removeprefix("explorer-").isdigit():
+    if (
+        label not in STOP_ORDER
+        and label.startswith("explorer-")
+        and label.removeprefix("explorer-").isdigit()
+    ):
         return "explorer"
     return label
 

@@ -83,7 +83,9 @@ def test_a_run_with_a_learning_curve_is_drawn_against_training_minutes(tmp_path:
     assert len(series.reward) == 3  # the reward per step still comes from the scalars
 
 
-def test_plot_finds_the_run_dir_from_the_config(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plot_finds_the_run_dir_from_the_config(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(f"project: p\nname: n\ncheckpoint_root_dir: {tmp_path / 'runs'}\n")
     fake_run(tmp_path / "runs" / "p" / "n")

@@ -55,7 +55,14 @@ def test_waits_for_a_sibling_to_exit_and_no_longer_than_its_bound(monkeypatch: p
 
 def test_explorer_replicas_stop_with_the_explorer() -> None:
     labels = ["buffer", "explorer-2", "trainer", "explorer", "synchronizer", "explorer-bench"]
-    assert stop_order(labels) == ["explorer-bench", "explorer", "explorer-2", "trainer", "synchronizer", "buffer"]
+    assert stop_order(labels) == [
+        "explorer-bench",
+        "explorer",
+        "explorer-2",
+        "trainer",
+        "synchronizer",
+        "buffer",
+    ]
     assert stop_before("trainer", labels) == ("explorer-bench", "explorer", "explorer-2")
     assert stop_before("explorer-2", labels) == ("explorer-bench",)
     assert stop_order(["explorer-x", "buffer"]) == ["buffer"]  # not a replica label
