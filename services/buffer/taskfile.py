@@ -38,6 +38,11 @@ def load_rows(path: str, *, split: str = "train", subset_name: str | None = None
     return rows
 
 
+def task_id_of(row: dict[str, Any], index: int) -> str:
+    """A row's task id: its `task_id` column, else its `id` column, else its index in the file."""
+    return str(row.get("task_id", row.get("id", index)))
+
+
 def split_files(base: pathlib.Path, split: str) -> list[pathlib.Path]:
     matches = []
     for folder in (base, base / "data"):

@@ -8,6 +8,7 @@ and the calls it serves block in their own handler threads, like a sync workflow
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -32,6 +33,21 @@ def _choice_logprobs(exp: Any, tokenizer: Any) -> dict[str, Any]:
             {"token": tokenizer.decode([tok]), "logprob": float(lp), "bytes": None, "top_logprobs": []}
             for tok, lp in zip(response, exp.logprobs.tolist(), strict=True)
         ]
+    }
+
+
+def _completion_logprobs(exp: Any, tokenizer: Any, *, as_ids: bool) -> dict[str, Any]:
+    """The legacy completions `logprobs` object of a response (the sampled token only at each place)."""
+    response = exp.tokens[exp.prompt_length :].tolist()
+    pieces = [tokenizer.decode([tok]) for tok in response]
+    tokens = [f"token_id:{tok}" for tok in response] if as_ids else pieces
+    logprobs = [float(lp) for lp in exp.logprobs.tolist()]
+    offsets = list(itertools.accumulate((len(p) for p in pieces[:-1]), initial=0)) if pieces else []
+    return {
+        "tokens": tokens,
+        "token_logprobs": logprobs,
+        "top_logprobs": [{tok: lp} for tok, lp in zip(tokens, logprobs, strict=True)],
+        "text_offset": offsets,
     }
 
 
@@ -155,14 +171,26 @@ class OpenAIServer:
         return self._envelope("chat.completion", body, choices, exps)
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        prompt = body["prompt"]
-        exps = self.wrapper.generate(prompt if isinstance(prompt, list) else [prompt], **_sampling_args(body))
+        """Text prompts, or token-id prompts (a list of ids, or a list of such lists) sampled as given,
+        as vLLM takes them; `logprobs` (any count) returns the sampled tokens' logprobs in the legacy
+        completions layout, each token as "token_id:<id>" with vLLM's `return_tokens_as_token_ids`."""
+        prompt, args = body["prompt"], _sampling_args(body)
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompt = [prompt]
+        if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+            exps = [e for ids in prompt for e in self.wrapper.generate_tokens(ids, **args)]
+        else:
+            exps = self.wrapper.generate(prompt if isinstance(prompt, list) else [prompt], **args)
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        wanted = body.get("logprobs")  # a count (0: the sampled token only); false / absent: none
         choices = [
             {
                 "index": i,
                 "text": exp.response_text,
                 "finish_reason": exp.info.get("finish_reason", "stop"),
-                "logprobs": None,
+                "logprobs": None
+                if wanted is None or wanted is False
+                else _completion_logprobs(exp, self.wrapper.tokenizer, as_ids=as_ids),
             }
             for i, exp in enumerate(exps)
         ]

@@ -37,6 +37,8 @@ class UnitResult:
     attempts: int = 0
     timeouts: int = 0
     errors: list[str] = field(default_factory=list)
+    failure: BaseException | None = None
+    """The last attempt's exception, traceback attached (None: it timed out); `trinity debug` prints it."""
     seconds: float = 0.0
     skipped: bool = False
 
@@ -208,9 +210,11 @@ class WorkflowRunner:
                 except asyncio.TimeoutError:
                     result.timeouts += 1
                     result.errors.append(f"timed out after {self.max_timeout}s")
+                    result.failure = None
                     self._replace(slot)
                 except Exception as exc:  # noqa: BLE001 - a workflow's failure is data, not a crash
                     result.errors.append(f"{type(exc).__name__}: {exc}")
+                    result.failure = exc
                     log.debug("workflow_traceback", task_id=task.task_id, traceback=traceback.format_exc())
                     slot.workflow = None
                 log.warning(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from services.common.config.schema import TrinityConfig
@@ -94,8 +95,13 @@ class NullWeightSync:
         """No weight groups to leave."""
 
 
-def build_parts(cfg: TrinityConfig) -> dict[str, Any]:
-    """Everything that loads models (run in a thread so the server keeps answering)."""
+def build_parts(
+    cfg: TrinityConfig, make_pool: Callable[[TrinityConfig, Any], Any] | None = None
+) -> dict[str, Any]:
+    """Everything that loads models (run in a thread so the server keeps answering).
+
+    `make_pool(cfg, tokenizer)`: the engines (default build_pool: the configured rollout engines);
+    `trinity debug --endpoint` passes one that samples from a running server."""
     from services.explorer.build import build_auxiliary, build_pool, build_runner
     from services.explorer.plugins import load_plugins
     from services.explorer.runner import VersionRef
@@ -104,7 +110,7 @@ def build_parts(cfg: TrinityConfig) -> dict[str, Any]:
     os.environ.update(cfg.explorer.env_vars)
     load_plugins(cfg.explorer.plugin_dirs)
     tokenizer = load_tokenizer(cfg.model.model_path, cfg.model.tokenizer_path)
-    pool = build_pool(cfg, tokenizer)
+    pool = (make_pool or build_pool)(cfg, tokenizer)
     aux_wrappers, owned = build_auxiliary(cfg)
     runner = build_runner(cfg, pool, tokenizer, VersionRef(), aux_wrappers)
     return {"tokenizer": tokenizer, "pool": pool, "runner": runner, "owned": owned}

@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from services.buffer.kinds import bots
 from services.buffer.storage import schema as s
 from services.buffer.storage.engine import Database
+from services.buffer.taskfile import task_id_of
 from services.buffer.types import TaskBatch
 from services.common.config.buffer import BotsConfig
 from services.common.errors import FailedPrecondition, InvalidArgument
@@ -112,7 +113,7 @@ class TasksetBuffer:
         self.db = db
         self.rows = rows
         self.cfg = settings
-        self.task_ids = [str(r.get("task_id", r.get("id", i))) for i, r in enumerate(rows)]
+        self.task_ids = [task_id_of(r, i) for i, r in enumerate(rows)]
         self.index_of = {tid: i for i, tid in enumerate(self.task_ids)}
         self.cursors: dict[str, Cursor] = {}
         self.previous: dict[str, Cursor] = {}  # each reader's cursor before its last batch (repeat_last)

@@ -69,6 +69,40 @@ def test_completions_over_plain_http(wrapper):
     assert info.value.code == 400
 
 
+def post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_token_id_prompts_return_the_sampled_ids_and_logprobs_as_vllm_does(wrapper):
+    tok = wrapper.tokenizer
+    prompts = [wrapper.tokenize("12+30="), wrapper.tokenize("7+1=")]
+    payload = post(
+        f"{wrapper.openai_base_url}/completions",
+        {"prompt": prompts, "n": 2, "max_tokens": 4, "logprobs": 1, "return_tokens_as_token_ids": True},
+    )
+    history = wrapper.extract_experience_from_history()
+    assert len(payload["choices"]) == len(history) == 4  # 2 prompts x n=2, in prompt order
+    for i, (choice, exp) in enumerate(zip(payload["choices"], history, strict=True)):
+        assert choice["index"] == i and exp.tokens[: exp.prompt_length].tolist() == prompts[i // 2]
+        response = exp.tokens[exp.prompt_length :].tolist()
+        assert choice["logprobs"]["tokens"] == [f"token_id:{t}" for t in response]
+        assert choice["logprobs"]["token_logprobs"] == pytest.approx(exp.logprobs.tolist())
+        pieces = [tok.decode([t]) for t in response]
+        assert choice["logprobs"]["text_offset"] == [len("".join(pieces[:k])) for k in range(len(pieces))]
+    # one prompt as a flat list of ids; tokens as text without return_tokens_as_token_ids
+    payload = post(
+        f"{wrapper.openai_base_url}/completions", {"prompt": prompts[1], "max_tokens": 3, "logprobs": 0}
+    )
+    [exp] = wrapper.extract_experience_from_history()
+    assert exp.tokens[: exp.prompt_length].tolist() == prompts[1]
+    response = exp.tokens[exp.prompt_length :].tolist()
+    assert payload["choices"][0]["logprobs"]["tokens"] == [tok.decode([t]) for t in response]
+
+
 def test_content_parts_and_tool_call_arguments_reach_the_template_as_vllm_prepares_them(wrapper):
     client = wrapper.get_openai_client()
     client.chat.completions.create(

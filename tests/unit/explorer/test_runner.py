@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -105,6 +106,11 @@ async def test_failures_are_retried_then_skipped_and_the_batch_completes():
     for key in ("raise", "hang", "bad", "async-hang"):
         assert results[key].skipped and results[key].attempts == 2 and not results[key].experiences
     assert results["raise"].errors == ["ValueError: boom raise"] * 2
+    # the last exception is kept with its traceback (trinity debug prints it); a timeout has none
+    failure = results["raise"].failure
+    assert isinstance(failure, ValueError) and str(failure) == "boom raise"
+    assert "run" in [frame.name for frame in traceback.extract_tb(failure.__traceback__)]  # Flaky.run
+    assert results["hang"].failure is None and results["ok"].failure is None
     assert results["hang"].timeouts == 2 and results["async-hang"].timeouts == 2
     assert "does not match the response length" in results["bad"].errors[0]
     assert len(made) == 4 + 4  # each timeout replaced its slot's wrapper
