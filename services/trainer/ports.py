@@ -108,8 +108,10 @@ def max_model_length(cfg: TrinityConfig, model: Any) -> int | None:
 
 
 def experience_key(exp: Experience) -> str:
-    """A short id of an experience for progress records: task_id/run_id (+ batch_id)."""
-    return f"{exp.batch_id}/{exp.task_id}/{exp.run_id}"
+    """A short id of an experience for progress records: batch_id/task_id/run_id, after `producer:`
+    when an explorer wrote it (explorers reading one taskset make the same batch/task/run ids)."""
+    key = f"{exp.batch_id}/{exp.task_id}/{exp.run_id}"
+    return f"{exp.producer}:{key}" if exp.producer else key
 
 
 def rows_of(progress_lines: Sequence[str]) -> list[str]:

@@ -2,27 +2,43 @@
 publishes after every step and trains on; the explorer loads the newest version every 2 steps; with
 max_staleness 2 every trained row's version is >= (the step that trained it) - 2, and summary.json's
 counters add up (written = trained + buffered + dropped), with two explorers (explorer.replicas)
-writing into the one buffer. The sync styles with stand-in processes: tests/integration/test_sync_styles.py."""
+writing into the one buffer; and the trainer SIGKILLed during such a run loses nothing uncounted. The
+sync styles with stand-in processes: tests/integration/test_sync_styles.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pathlib
+import signal
+import subprocess
+from typing import Any
 
 import pytest
+import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
+from tests.integration.drills import (
+    child_pids,
+    events,
+    finish,
+    in_weights,
+    kill_all,
+    progress,
+    start_run,
+    wait_for,
+)
 from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
 pytestmark = pytest.mark.slow
 BATCH, REPEAT, STEPS, MAX_STALENESS = 2, 2, 5, 2
 
 
-@pytest.mark.timeout(600)
-def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Path) -> None:
+def async_config(tmp_path: pathlib.Path, steps: int, tasks: int) -> dict[str, Any]:
     data = tmp_path / "tasks.jsonl"
-    write_jsonl(generate(ArithSpec(digits=2), 32, seed=3), data)
-    cfg = {
+    write_jsonl(generate(ArithSpec(digits=2), tasks, seed=3), data)
+    return {
         "project": "fa",
         "name": "run",
         "checkpoint_root_dir": str(tmp_path / "runs"),
@@ -30,7 +46,7 @@ def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Pat
         "algorithm": {"algorithm_type": "grpo", "repeat_times": REPEAT, "optimizer": {"lr": 1e-4}},
         "buffer": {
             "batch_size": BATCH,
-            "total_steps": STEPS,
+            "total_steps": steps,
             "explorer_input": {
                 "taskset": {
                     "name": "tasks",
@@ -52,6 +68,11 @@ def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Pat
         "monitor": {"monitor_type": "none"},
         "services": {**PORTS, "shutdown_grace_s": 3},
     }
+
+
+@pytest.mark.timeout(600)
+def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Path) -> None:
+    cfg = async_config(tmp_path, STEPS, 32)
     trinity_run(write_run_config(cfg, tmp_path / "config.yaml"))
     run_dir = tmp_path / "runs" / "fa" / "run"
     summary = stages(run_dir)[0]
@@ -68,3 +89,40 @@ def test_fully_async_run_trains_within_the_staleness_bound(tmp_path: pathlib.Pat
     counts = summary["experiences"]
     assert counts["written"] == counts["trained"] + counts["buffered"] + sum(counts["dropped"].values())
     assert counts["trained"] == STEPS * BATCH * REPEAT
+
+
+@pytest.mark.timeout(600)
+def test_a_trainer_killed_in_a_fully_async_run_loses_nothing_uncounted(tmp_path: pathlib.Path) -> None:
+    cfg = async_config(tmp_path, 16, 200)
+    cfg["trainer"] = {"save_interval": 4}
+    config = tmp_path / "async.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run_dir = tmp_path / "runs" / "fa" / "run"
+    log = tmp_path / "run.log"
+    steps = lambda: [row["step"] for row in progress(run_dir)]  # noqa: E731
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = start_run(config, log)
+        # one or two steps past a checkpoint (save_interval 4), so its last steps are lost with it
+        wait_for("trainer step 5 or 6", lambda: len(steps()) >= 5 and steps()[-1] % 4 in (1, 2), proc, 240)
+        [trainer] = child_pids(str(run_dir), "trainer")
+        os.kill(trainer, signal.SIGKILL)
+        out = finish(proc, log, timeout=400)
+    finally:
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        kill_all(str(run_dir))
+    assert "trainer exited with code -9; restarting it" in out
+    rows = progress(run_dir)
+    live, lost = in_weights(rows, events(run_dir))
+    assert lost, "the trainer was killed a step or two after its checkpoint: steps were lost"
+    trained = [rid for row in live for rid in row["rows"]]
+    assert len(trained) == len(set(trained)), "a row's update is in the weights twice"
+    replayed = {rid for row in rows if row.get("replayed") for rid in row["rows"]}
+    assert {rid for row in lost for rid in row["rows"]} <= replayed
+    summary = stages(run_dir)[0]
+    assert summary["status"] == "complete" and summary["steps"] == 16 and summary["updates_lost"] == 0
+    counts = summary["experiences"]
+    assert counts["trained"] == len(trained)
+    assert counts["written"] == counts["trained"] + counts["buffered"] + sum(counts["dropped"].values())
