@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.config import TrinityConfig, load_config
-from services.common.errors import InvalidArgument, TrinityError
+from services.common.errors import InvalidArgument, NotFound, TrinityError
 from services.trainer.tally import read_lines
 
 RESOLVED = "config.resolved.yaml"
@@ -211,7 +211,7 @@ class Run:
             if stage.name == name:
                 return stage
         known = ", ".join(s.name for s in self.stages)
-        raise InvalidArgument(f"no stage {name!r} in this run; stages: {known}", field="stage")
+        raise NotFound(f"no stage {name!r} in this run; stages: {known}", field="stage")
 
 
 def open_run(run_dir: str | None = None, config: str | None = None) -> Run:
