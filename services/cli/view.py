@@ -32,9 +32,19 @@ def cmd_view(args: argparse.Namespace) -> int:
         viewer = Viewer(args.run_dir, config=args.config, index_path=args.index, tokenizer=args.tokenizer)
         print(f"trinity view: indexing {viewer.run.root} into {viewer.index.path} ...", flush=True)
         report = viewer.refresh()
-        server = ViewServer(viewer, host=args.host, port=args.port, token=token, refresh_s=args.refresh)
     except (TrinityError, OSError) as exc:
         print(f"trinity view: {exc}", file=sys.stderr)
+        return 2
+    try:
+        server = ViewServer(viewer, host=args.host, port=args.port, token=token, refresh_s=args.refresh)
+    except TrinityError as exc:
+        print(f"trinity view: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(
+            f"trinity view: cannot listen on {args.host}:{args.port}: {exc.strerror} (try --port 0)",
+            file=sys.stderr,
+        )
         return 2
     for error in report.errors:
         print(f"trinity view: warning: {error}", file=sys.stderr)

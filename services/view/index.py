@@ -167,6 +167,11 @@ class ExperienceIndex:
         conn.execute("PRAGMA busy_timeout=5000")
         return conn
 
+    def count(self) -> int:
+        """Rows in the index."""
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM rows").fetchone()[0])
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

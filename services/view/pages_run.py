@@ -96,7 +96,10 @@ def _card(label: str, value: str, note: str = "", ident: str = "") -> str:
 def progress_fragment(v: Viewer, stage: Stage) -> str:
     p = v.progress(stage)
     m = p.trainer_metrics
-    explorers = ", ".join(f"{esc(n)} {s}" for n, s in p.explorer_steps.items()) or "—"
+    if len(p.explorer_steps) == 1:
+        explorers = str(next(iter(p.explorer_steps.values())))
+    else:
+        explorers = ", ".join(f"{esc(n)} {s}" for n, s in p.explorer_steps.items()) or "—"
     step_s = ", ".join(f"{num(s, 3)} s/step" for s in p.explorer_step_s.values())
     total = f" / {p.total_steps}" if p.total_steps else ""
     cards = [

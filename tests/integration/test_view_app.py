@@ -229,6 +229,20 @@ def test_live_run_updates_the_overview(run, tmp_path) -> None:
     assert "12 new rows match" in new
 
 
+def test_a_live_stage_shows_its_services_health(run, viewer) -> None:
+    from services.common.version import __version__
+
+    stage = viewer.run.stages[0]
+    assert "not running" in get_json(App(viewer), "/api/overview")["fragments"]["services"]
+    run.record_children()
+    try:
+        rows = {r.name: r for r in viewer.services(stage)}
+    finally:
+        (run.root / "logs" / "children.json").unlink()
+    assert rows["buffer"].health == "SERVING" and rows["buffer"].version == __version__
+    assert rows["trainer"].health != "SERVING"  # its port is free: nothing listens
+
+
 def test_fifo_rows_seen_before_the_trainer_consumed_them_stay(tmp_path) -> None:
     import asyncio
 

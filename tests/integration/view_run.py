@@ -11,12 +11,14 @@ task 0 is a flat group (all 1.0 on even steps, all 0.0 on odd ones), task 1 has 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import json
 import pathlib
 import sqlite3
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,13 @@ def reward_of(step: int, task: int, run: int) -> float:
     if task == 1:
         return run / 3
     return float((step + run) % 2)
+
+
+def run_async(coro_fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """asyncio.run(coro_fn(*args)) on a thread of its own: Playwright's sync API keeps an event
+    loop running on the test's thread, where asyncio.run refuses to start another."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(coro_fn(*args))).result()
 
 
 @functools.cache
@@ -97,7 +106,12 @@ class ViewRun:
                 "total_steps": 10,
                 "trainer_input": {"experience_buffer": {"name": "experiences", "storage_type": kind}},
             },
-            "services": {"buffer": {"port": self.port}, "shutdown_grace_s": 3},
+            # every service on a port of its own: the overview probes them while the run is live
+            "services": {
+                **{svc: {"port": free_port()} for svc in ("synchronizer", "trainer", "explorer")},
+                "buffer": {"port": self.port},
+                "shutdown_grace_s": 3,
+            },
         }
         self.config.write_text(yaml.safe_dump(data, sort_keys=False))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -111,12 +125,15 @@ class ViewRun:
 
     def start(self) -> ViewRun:
         self.proc = start_service("buffer", str(self.config), log_path=str(self.tmp / "buffer.log"))
-        asyncio.run(
-            wait_healthy(
-                self.address, timeout=60, alive=lambda: self.proc is not None and self.proc.poll() is None
-            )
-        )
+        proc = self.proc
+        run_async(lambda: wait_healthy(self.address, timeout=60, alive=lambda: proc.poll() is None))
         return self
+
+    def record_children(self) -> None:
+        """logs/children.json as `trinity run` writes it: the stage's services are live."""
+        assert self.proc is not None
+        (self.root / "logs").mkdir(exist_ok=True)
+        (self.root / "logs" / "children.json").write_text(json.dumps({"buffer": self.proc.pid}))
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -133,7 +150,7 @@ class ViewRun:
     def write_step(self, step: int) -> list[Experience]:
         """One explorer step: every task's group of RUNS rollouts, in one write."""
         exps = [experience(step, t, r) for t in range(TASKS) for r in range(RUNS)]
-        asyncio.run(self._write(exps))
+        run_async(self._write, exps)
         self.written.extend(exps)
         return exps
 
