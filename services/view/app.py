@@ -20,7 +20,7 @@ from typing import Any
 
 from services.common.errors import InvalidArgument, NotFound, TrinityError
 from services.common.security import tokens_match
-from services.view import pages_rows, pages_run, query
+from services.view import pages_evals, pages_rows, pages_run, query
 from services.view.html import error_page
 from services.view.viewer import Viewer
 
@@ -137,7 +137,7 @@ class App:
         return html_response(pages_run.steps_page(self.viewer, self._stage(params)))
 
     def evals(self, params: Params) -> Response:
-        return html_response(pages_run.evals_page(self.viewer, self._stage(params)))
+        return html_response(pages_evals.evals_page(self.viewer, self._stage(params), params))
 
     def _filters(self, params: Params) -> tuple[Any, query.Filters]:
         stage = self._stage(params)

@@ -1,4 +1,4 @@
-"""The run's pages: overview (stages, services, progress, learning curve), steps, evals."""
+"""The run's pages: overview (stages, services, progress, learning curve) and steps."""
 
 from __future__ import annotations
 
@@ -212,33 +212,3 @@ def steps_page(v: Viewer, stage: Stage) -> str:
     )
     poll = f"/api/steps?stage={stage.name}"
     return frame(v, f"{stage.name}: steps", body, active="steps", stage=stage.name, poll=poll)
-
-
-# ---- evals ---------------------------------------------------------------------------------------
-def evals_page(v: Viewer, stage: Stage) -> str:
-    records = stage.eval_records()
-    keys: list[str] = []
-    for r in records:
-        keys.extend(k for k in r.get("scores", {}) if "/mean@" in k and k not in keys)
-    rows = [
-        [
-            esc(r.get("mode", "")),
-            esc(r.get("explorer", "")),
-            td_num(r.get("step")),
-            td_num(r.get("model_version")),
-            td_num(r.get("eval_s")),
-            *(td_num(r.get("scores", {}).get(k), 4) for k in keys),
-        ]
-        for r in records
-    ]
-    body = (
-        table(["mode", "explorer", "step", "model version", "eval s", *keys], rows, table_id="evals")
-        if records
-        else f'<p class="muted">no eval records in {esc(stage.path / "eval" / "results.jsonl")}</p>'
-    )
-    body += (
-        '<p class="muted">Scores per checkpoint from eval/results.jsonl (mode bench: the start- and end-of-stage '
-        "evals of <code>trinity run</code>). This run's explorers record scores only, not each held-out "
-        "answer, so answers before/after cannot be shown.</p>"
-    )
-    return frame(v, f"{stage.name}: evals", body, active="evals", stage=stage.name)

@@ -18,7 +18,6 @@ from typing import Any
 
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import InvalidArgument, NotFound, TrinityError
-from services.trainer.tally import read_lines
 
 RESOLVED = "config.resolved.yaml"
 # Buffer kinds that hold experiences (tasksets hold tasks).
@@ -125,10 +124,6 @@ class Stage:
             path.stem.removeprefix("progress-"): [r for r in tail_records(path, count) if "step" in r]
             for path in sorted((self.path / "explorer").glob("progress-*.jsonl"))
         }
-
-    def eval_records(self) -> list[dict[str, Any]]:
-        records = [r for r in read_lines(str(self.path / "eval" / "results.jsonl")) if r]
-        return sorted(records, key=lambda r: float(r.get("time", 0.0)))
 
     @property
     def total_steps(self) -> int | None:

@@ -163,6 +163,47 @@ def test_overview_and_steps_pages(app) -> None:
     assert app.handle("/evals", {}).status == 200
 
 
+def test_evals_compare_each_held_out_answer_between_checkpoints(run, app) -> None:
+    evals = run.root / "eval"
+    evals.mkdir(exist_ok=True)
+    answers = []
+    for version, replies in (
+        (0, {"a": ("3", 0.0), "b": ("9", 1.0)}),
+        (3, {"a": ("4", 1.0), "b": ("9", 1.0)}),
+    ):
+        for task, (reply, reward) in replies.items():
+            head = {"explorer": "bench", "mode": "bench", "step": version, "model_version": version}
+            answers.append(
+                {
+                    **head,
+                    "taskset": "heldout",
+                    "task_id": task,
+                    "run_id": 0,
+                    "question": f"q-{task}",
+                    "truth": "4" if task == "a" else "9",
+                    "answer": reply,
+                    "reward": reward,
+                }
+            )
+    (evals / "answers.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    (evals / "results.jsonl").write_text(
+        "".join(
+            json.dumps(
+                {"mode": "bench", "step": v, "model_version": v, "scores": {"eval/heldout/reward/mean@1": s}}
+            )
+            + "\n"
+            for v, s in ((0, 0.5), (3, 1.0))
+        )
+    )
+    body = app.handle("/evals", {}).body.decode()
+    assert body.count("<tr>") == 1 + 2 + 1 + 2  # scores: header + 2 evals; answers: header + 2 tasks
+    assert "2 of 2 samples" in body and "answer at 0" in body and "answer at 1" in body
+    changed = app.handle("/evals?a=0&b=1&changed=1", {}).body.decode()
+    assert "1 of 1 samples whose reward changed" in changed and "q-a" in changed and "q-b" not in changed
+    bad = app.handle("/evals?a=7", {})
+    assert bad.status == 400 and "a must be a checkpoint number 0..1, got &#x27;7&#x27;" in bad.body.decode()
+
+
 @pytest.mark.parametrize(
     ("target", "status", "says"),
     [

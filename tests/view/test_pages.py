@@ -59,6 +59,9 @@ def test_a_finished_toy_run_shows_every_view(page, toy_view, toy_run, artifacts)
 
     page.click("header >> text=Evals")
     assert page.locator("#evals tbody tr").count() >= 2  # the bench evals at the stage's start and end
+    # the explorer's eval/answers.jsonl: every held-out question at the first and the last eval
+    assert page.inner_text("#answers-count") == "200 of 1000 samples"
+    assert page.locator("#answers tbody tr").count() == 200
     shot(page, artifacts, "toy-evals")
 
 
