@@ -284,6 +284,15 @@ def test_a_live_stage_shows_its_services_health(run, viewer) -> None:
     assert rows["trainer"].health != "SERVING"  # its port is free: nothing listens
 
 
+def test_config_names_the_same_run_and_its_services(run, tmp_path) -> None:
+    v = Viewer(config=str(run.config), index_path=tmp_path / "index.sqlite")
+    v.refresh()
+    assert v.run.root == run.root and [s.name for s in v.run.stages] == [STAGE]
+    assert get_json(App(v), "/api/experiences")["total"] == len(run.written)
+    # named by a config, the services are probed without a children.json: a deployed run
+    assert "SERVING" in get_json(App(v), "/api/overview")["fragments"]["services"]
+
+
 def test_fifo_rows_seen_before_the_trainer_consumed_them_stay(tmp_path) -> None:
     import asyncio
 
