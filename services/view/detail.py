@@ -97,7 +97,7 @@ class Advantages:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._algorithms: dict[int, Any] = {}
+        self._algorithms: dict[str, Any] = {}  # by the algorithm section's JSON
 
     def fill(
         self, cfg: TrinityConfig | None, shown: list[Shown], groups: dict[str, list[Experience]]
@@ -133,13 +133,14 @@ class Advantages:
 
         from services.trainer.algorithms import build_algorithm
 
+        key = cfg.algorithm.model_dump_json()
         with self._lock:
-            if id(cfg) not in self._algorithms:
+            if key not in self._algorithms:
                 # A group is a few rows: torch's intra-op thread pool costs more than it saves
                 # (a [8, 32] max took 14 ms with 2 threads on a busy 2-core box, 9 us with 1).
                 torch.set_num_threads(1)
-                self._algorithms[id(cfg)] = build_algorithm(cfg.algorithm)
-            return self._algorithms[id(cfg)]
+                self._algorithms[key] = build_algorithm(cfg.algorithm)
+            return self._algorithms[key]
 
     def _group(self, cfg: TrinityConfig, members: list[Experience]) -> tuple[list[float | None] | None, str]:
         if not members:

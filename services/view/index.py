@@ -31,6 +31,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from services.common.errors import FailedPrecondition
 from services.view.run_dir import BufferFile, Run, Stage, open_readonly
 from trinity_grpc.common.v1 import common_pb2 as pb
 
@@ -148,10 +149,16 @@ class ExperienceIndex:
 
     def __init__(self, path: str | pathlib.Path) -> None:
         self.path = pathlib.Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._conn = self._connect()
-        self._conn.executescript(SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = self._connect()
+            self._conn.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise FailedPrecondition(
+                f"cannot open the viewer's index {self.path}: {exc} (give --index PATH somewhere writable)",
+                field="index",
+            ) from exc
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)

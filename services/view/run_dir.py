@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.config import TrinityConfig, load_config
-from services.common.errors import InvalidArgument, NotFound, TrinityError
+from services.common.errors import ConfigError, InvalidArgument, NotFound, TrinityError
 
 RESOLVED = "config.resolved.yaml"
 # Buffer kinds that hold experiences (tasksets hold tasks).
@@ -136,7 +136,9 @@ _CONFIGS: dict[tuple[str, int], TrinityConfig | str] = {}
 
 
 def _resolved_config(resolved: pathlib.Path) -> TrinityConfig | str:
-    """The stage's config, or why it cannot be read."""
+    """The config in a file (a stage's config.resolved.yaml, or --config), or why it cannot be read."""
+    if not resolved.is_file():
+        return f"config file not found: {resolved}"
     key = (str(resolved), resolved.stat().st_mtime_ns)
     if key not in _CONFIGS:
         try:
@@ -214,7 +216,10 @@ def open_run(run_dir: str | None = None, config: str | None = None) -> Run:
     if (run_dir is None) == (config is None):
         raise InvalidArgument("give the run directory or --config FILE (one of them)", field="run_dir")
     if config is not None:
-        cfg = load_config(config)
+        got = _resolved_config(pathlib.Path(config))
+        if isinstance(got, str):
+            raise ConfigError(got, field="config")
+        cfg = got
         labels = [s.stage_name for s in cfg.stages] or [pathlib.Path(cfg.run_dir).name]
         stages = [
             _stage_of(label, pathlib.Path(sc.run_dir), sc)

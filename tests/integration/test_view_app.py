@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from services.common.errors import InvalidArgument
+from services.common.errors import ConfigError, FailedPrecondition, InvalidArgument
 from services.view import query
 from services.view.app import COOKIE, App
 from services.view.server import ViewServer, check_binding
@@ -253,6 +253,14 @@ def test_unknown_run_dir_is_refused(tmp_path) -> None:
         Viewer(str(tmp_path / "missing"))
     with pytest.raises(InvalidArgument, match="is not a run directory"):
         Viewer(str(tmp_path))
+    with pytest.raises(ConfigError, match="config file not found"):
+        Viewer(config=str(tmp_path / "missing.yaml"))
+
+
+def test_an_index_that_cannot_be_written_is_refused(run, tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FailedPrecondition, match="give --index PATH somewhere writable"):
+        Viewer(str(run.root), index_path=tmp_path / "file" / "index.sqlite")
 
 
 def test_live_run_updates_the_overview(run, tmp_path) -> None:
