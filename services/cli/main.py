@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_debug_parser(sub)
 
+    from services.cli.view import add_view_parser
+
+    add_view_parser(sub)
+
     health = sub.add_parser("health", help="gRPC health probe: exit 0 if ADDRESS is SERVING, else 1")
     health.add_argument("address", help="host:port")
     health.add_argument("--service", default="", help="service name to check (default: the whole server)")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from services.common.client import ServiceClient
-from services.common.config import load_config
+from services.common.config import TrinityConfig, load_config
 from services.common.config.services import SERVICE_NAMES, ServicesConfig
 from services.common.entry import SERVICE_PROTOS
 from services.common.errors import TrinityError
@@ -30,22 +31,41 @@ async def service_info(
         await client.close()
 
 
+@dataclass
+class ServiceRow:
+    """What `trinity status` shows of one service."""
+
+    name: str
+    address: str
+    health: str
+    version: str = ""
+    state: str = ""
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+async def service_rows(cfg: TrinityConfig, *, timeout: float = 3.0) -> list[ServiceRow]:
+    """Health, then version, state and stats of each service the config names (`trinity view` too)."""
+    rows = []
+    for name in SERVICE_NAMES:
+        address = cfg.services.endpoint(name).address
+        row = ServiceRow(
+            name, address, await check_health(address, timeout=timeout, services_cfg=cfg.services)
+        )
+        if row.health == "SERVING":
+            try:
+                info = await service_info(name, address, cfg.services, timeout)
+                row.version, row.state, row.stats = info.version, info.state, dict(info.stats)
+            except TrinityError as exc:
+                row.state = f"GetInfo failed: {exc}"
+        rows.append(row)
+    return rows
+
+
 async def status(config: str | None, overrides: Sequence[str] = (), *, timeout: float = 3.0) -> int:
     cfg = load_config(config, overrides)
     print(f"{'service':<13} {'address':<22} {'health':<12} {'version':<9} {'state':<18} stats")
-    all_ok = True
-    for name in SERVICE_NAMES:
-        address = cfg.services.endpoint(name).address
-        health = await check_health(address, timeout=timeout, services_cfg=cfg.services)
-        version = state = stats = ""
-        if health == "SERVING":
-            try:
-                info = await service_info(name, address, cfg.services, timeout)
-                version, state = info.version, info.state
-                stats = " ".join(f"{k}={v:g}" for k, v in sorted(info.stats.items()))
-            except TrinityError as exc:
-                state = f"GetInfo failed: {exc}"
-        else:
-            all_ok = False
-        print(f"{name:<13} {address:<22} {health:<12} {version:<9} {state:<18} {stats}")
-    return 0 if all_ok else 1
+    rows = await service_rows(cfg, timeout=timeout)
+    for r in rows:
+        stats = " ".join(f"{k}={v:g}" for k, v in sorted(r.stats.items()))
+        print(f"{r.name:<13} {r.address:<22} {r.health:<12} {r.version:<9} {r.state:<18} {stats}")
+    return 0 if all(r.health == "SERVING" for r in rows) else 1

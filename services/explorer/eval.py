@@ -10,6 +10,8 @@ A taskset graded by a boxed-answer reward (its reward fn's name contains `boxed`
 (`answer_metrics`): `strict` (the last \\boxed{} holds the answer), `lenient` (the boxed answer, else
 the last number, is right), `boxed` (a well-formed box is present), `reply_chars` (reply length).
 Replies and truths are read and compared by the one answer reader, services/explorer/rewards/answers.py.
+Every sample's question, truth, answer and reward are kept too (`answer_records`): the explorer
+appends them to <run dir>/eval/answers.jsonl, which `trinity view` compares between checkpoints.
 """
 
 from __future__ import annotations
@@ -79,6 +81,32 @@ def score_results(
     return scores
 
 
+def question_of(exp: Any) -> str:
+    """The prompt an eval answer replied to: its text, else the last user message."""
+    if exp.prompt_text:
+        return str(exp.prompt_text)
+    users = [m.content for m in exp.messages if m.role == "user"]
+    return users[-1] if users else ""
+
+
+def answer_records(taskset: str, results: Sequence[UnitResult]) -> list[dict[str, Any]]:
+    """One record per eval sample: the held-out question, its truth, the model's answer and reward
+    (<run dir>/eval/answers.jsonl; `trinity view` compares them between checkpoints)."""
+    return [
+        {
+            "taskset": taskset,
+            "task_id": result.task.task_id or str(result.task.index),
+            "run_id": exp.run_id,
+            "question": question_of(exp),
+            "truth": exp.info.get("truth"),
+            "answer": exp.response_text,
+            "reward": exp.reward,
+        }
+        for result in results
+        for exp in result.experiences
+    ]
+
+
 class Evaluator:
     """Reads each eval taskset from its first batch to its end and runs it on the runner."""
 
@@ -100,6 +128,7 @@ class Evaluator:
         self.resolve = resolve
         self.reader_id = reader_id
         self.batch_size = batch_size
+        self.last_answers: list[dict[str, Any]] = []  # answer_records of the last evaluate()
 
     @property
     def names(self) -> list[str]:
@@ -107,10 +136,12 @@ class Evaluator:
 
     async def evaluate(self, step: int, names: Sequence[str] | None = None) -> dict[str, float]:
         scores: dict[str, float] = {}
+        self.last_answers = []
         for taskset in self.tasksets:
             if names and taskset.name not in names:
                 continue
             results = await self._run_taskset(taskset.name, step)
+            self.last_answers.extend(answer_records(taskset.name, results))
             with_answers = wants_answer_metrics(taskset, self.default_reward)
             scores.update(score_results(taskset.name, results, with_answers=with_answers))
         if scores:

@@ -319,13 +319,14 @@ class Explorer:
             previous, self.state, began = self.state, "evaluating", time.perf_counter()
             try:
                 scores = await self.evaluator.evaluate(step, names)
+                answers = self.evaluator.last_answers
             finally:
                 self.state = previous
         eval_s = time.perf_counter() - began
         if scores:
             self.last_eval, self.last_eval_step = dict(scores), step
             self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
-            await asyncio.to_thread(self._record_eval, step, scores, eval_s)
+            await asyncio.to_thread(self._record_eval, step, scores, eval_s, answers)
         return scores
 
     def _record_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -343,8 +344,11 @@ class Explorer:
         with open(path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
 
-    def _record_eval(self, step: int, scores: dict[str, float], eval_s: float) -> None:
-        """Append to <run dir>/eval/results.jsonl: `trinity run` builds summary.json from it."""
+    def _record_eval(
+        self, step: int, scores: dict[str, float], eval_s: float, answers: list[dict[str, Any]]
+    ) -> None:
+        """Append to <run dir>/eval/results.jsonl (`trinity run` builds summary.json from it) and
+        each sample's answer to eval/answers.jsonl."""
         record = {
             "time": time.time(),
             "explorer": self.name,
@@ -358,6 +362,10 @@ class Explorer:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
+        # each held-out answer beside its question, for `trinity view`'s before/after comparison
+        head = {k: record[k] for k in ("explorer", "mode", "step", "model_version")}
+        with open(os.path.join(self.cfg.run_dir, "eval", "answers.jsonl"), "a") as fh:
+            fh.writelines(json.dumps({**head, **a}, default=str) + "\n" for a in answers)
 
     async def bench(self, checkpoints: list[tuple[int, str]]) -> dict[int, dict[str, float]]:
         """bench mode: evaluate each checkpoint in order (the current weights when there is none)."""

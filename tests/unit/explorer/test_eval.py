@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from services.common.experience import Experience
-from services.explorer.eval import score_results
+from services.explorer.eval import answer_records, score_results
 from services.explorer.runner import UnitResult
 from services.explorer.workflows.base import Task
 
@@ -77,3 +77,41 @@ def test_pass_rates_per_task_from_accuracy_or_positive_reward():
     # math_dapo_reward's accuracy is +1 / -1: [1, -1, -1] passes 1 of 3, not (1 - 1 - 1) / 3
     dapo = [sample(0.0, 1.0), sample(-2.0, -1.0), sample(-2.0, -1.0)]
     assert pass_rates([UnitResult(Task(task_id="c"), None, dapo)]) == pytest.approx({"c": 1 / 3})
+
+
+def test_answer_records_keep_each_samples_question_truth_and_answer():
+    def answered(run: int, reply: str, reward: float) -> Experience:
+        return Experience(
+            tokens=np.array([1, 2, 3]),
+            prompt_length=2,
+            model_version=3,
+            reward=reward,
+            run_id=run,
+            prompt_text="2+2=",
+            response_text=reply,
+            info={"truth": "4"},
+        )
+
+    result = UnitResult(
+        task=Task(task_id="t7"), run_index=None, experiences=[answered(0, "4", 1.0), answered(1, "5", 0.0)]
+    )
+    assert answer_records("heldout", [result]) == [
+        {
+            "taskset": "heldout",
+            "task_id": "t7",
+            "run_id": 0,
+            "question": "2+2=",
+            "truth": "4",
+            "answer": "4",
+            "reward": 1.0,
+        },
+        {
+            "taskset": "heldout",
+            "task_id": "t7",
+            "run_id": 1,
+            "question": "2+2=",
+            "truth": "4",
+            "answer": "5",
+            "reward": 0.0,
+        },
+    ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -182,6 +185,7 @@ async def test_bench_evaluates_each_checkpoint_in_order(parts, tmp_path):
     from services.explorer.engines.weights import list_step_dirs
 
     cfg = make_cfg()
+    cfg.checkpoint_root_dir = str(tmp_path / "root")
     rows = generate(ArithSpec(), 4, seed=4)
     buffer = FakeBuffer({"arith": rows, "eval_arith": rows})
     explorer, pool, monitor, weights = parts(cfg, buffer)
@@ -200,6 +204,11 @@ async def test_bench_evaluates_each_checkpoint_in_order(parts, tmp_path):
     assert all(m["eval/eval_arith/tasks"] == 4 for _, m in monitor.logged)
     # eval reads as many tasks as runners can run at once (runner_per_model 4), not buffer.batch_size 3
     assert {size for name, size in buffer.reads if name == "eval_arith"} == {4}
+    # every sample's answer is kept beside its question (4 tasks x repeat_times 2 per checkpoint)
+    answers = [json.loads(line) for line in (pathlib.Path(cfg.run_dir) / "eval" / "answers.jsonl").open()]
+    assert [a["model_version"] for a in answers] == [2] * 8 + [3] * 8 + [4] * 8
+    assert {(a["task_id"], a["run_id"]) for a in answers} == {(str(i), r) for i in range(4) for r in (0, 1)}
+    assert all(a["question"] and a["truth"] is not None and a["mode"] == cfg.mode for a in answers)
 
 
 async def test_difficulty_feedback_and_missing_workflow(parts):
