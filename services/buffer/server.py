@@ -25,6 +25,7 @@ from services.buffer.convert import (
     stream_read_response_bytes,
 )
 from services.buffer.core import BufferCore
+from services.buffer.metrics import export as export_metrics
 from services.buffer.specs import data_dir, defaults_from_config, specs_from_config
 from services.buffer.types import ReadResult
 from services.common.config.schema import TrinityConfig
@@ -217,6 +218,7 @@ async def serve(cfg: TrinityConfig) -> None:
     await core.start(specs_from_config(cfg))
     server = ServiceServer("buffer", cfg.services)
     server.add(add_to_server, BufferServicer(core, server), SERVICE_NAME)
+    export_metrics(server.metrics, core)
     server.on_shutdown(core.close)
     monitor = make_monitor(cfg, "buffer")
 

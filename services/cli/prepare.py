@@ -33,12 +33,14 @@ def say(message: str, *, err: bool = False) -> None:
 
 
 def resolve_ports(cfg: TrinityConfig) -> TrinityConfig:
-    """Give every endpoint with port 0 a free port, so children and clients agree on it."""
+    """Give every endpoint with port 0 a free port, so children and clients agree on it (a
+    metrics_port 0 too, so the resolved config says where each service's /metrics is)."""
     updates = {}
     for name in ("buffer", "synchronizer", "trainer", "explorer"):
         endpoint = cfg.services.endpoint(name)
-        if endpoint.port == 0:
-            updates[name] = endpoint.model_copy(update={"port": free_port()})
+        update = {key: free_port() for key in ("port", "metrics_port") if getattr(endpoint, key) == 0}
+        if update:
+            updates[name] = endpoint.model_copy(update=update)
     if not updates:
         return cfg
     return cfg.model_copy(update={"services": cfg.services.model_copy(update=updates)})

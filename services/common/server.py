@@ -1,10 +1,11 @@
 """Server runner shared by the four services.
 
 `ServiceServer` wraps grpc.aio.server with what every service needs: health checking and
-reflection (v1 and v1alpha), one interceptor that carries the request id, checks the bearer token and maps domain
-errors to status codes, message-size limits from config, TLS/mTLS, and graceful shutdown on
-SIGTERM/SIGINT (stop accepting, let in-flight calls finish within shutdown_grace_s, run the
-service's shutdown hooks, exit 0).
+reflection (v1 and v1alpha), one interceptor that carries the request id, checks the bearer token, maps domain
+errors to status codes and counts every call in the server's Prometheus metrics (served at `/metrics`
+when `services.<name>.metrics_port` is set: services/common/metrics.py), message-size limits from
+config, TLS/mTLS, and graceful shutdown on SIGTERM/SIGINT (stop accepting, let in-flight calls finish
+within shutdown_grace_s, run the service's shutdown hooks, exit 0).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from services.common import errors, hard_stop, sdnotify
 from services.common.config.services import Endpoint, ServicesConfig
 from services.common.limits import Oversize, limit_bytes, oversize_error, server_receive_bytes, size_checked
 from services.common.logging import REQUEST_ID_HEADER, get_logger, new_request_id, set_request_id
+from services.common.metrics import ServiceMetrics
+from services.common.metrics_http import MetricsEndpoint
 from services.common.reflection import enable_reflection
 from services.common.security import load_token, server_credentials, tokens_match
 from trinity_grpc.common.v1 import common_pb2
@@ -75,12 +78,13 @@ _Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]  # a servicer method 
 
 
 class _Interceptor(grpc.aio.ServerInterceptor):
-    """Request id + bearer token + domain-error mapping for every RPC of our services."""
+    """Request id + bearer token + domain-error mapping + metrics for every RPC of our services."""
 
-    def __init__(self, service: str, token: str | None, limit: int) -> None:
+    def __init__(self, service: str, token: str | None, limit: int, metrics: ServiceMetrics) -> None:
         self._service = service
         self._token = token
         self._limit = limit  # request bytes; bigger unary requests get oversize_error
+        self._metrics = metrics
 
     async def intercept_service(
         self,
@@ -97,20 +101,24 @@ class _Interceptor(grpc.aio.ServerInterceptor):
         checked = size_checked(handler.request_deserializer, self._limit)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(handler.unary_unary, guard, method), checked, handler.response_serializer
+                self._wrap_unary(handler.unary_unary, guard, method, "unary"),
+                checked,
+                handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(handler.unary_stream, guard, method), checked, handler.response_serializer
+                self._wrap_stream(handler.unary_stream, guard, method, "server_stream"),
+                checked,
+                handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(handler.stream_unary, guard, method),
+                self._wrap_unary(handler.stream_unary, guard, method, "client_stream"),
                 handler.request_deserializer,
                 handler.response_serializer,
             )
         return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(handler.stream_stream, guard, method),
+            self._wrap_stream(handler.stream_stream, guard, method, "bidi_stream"),
             handler.request_deserializer,
             handler.response_serializer,
         )
@@ -132,44 +140,46 @@ class _Interceptor(grpc.aio.ServerInterceptor):
             f"{method} is declared in the protos but this {self._service} server does not serve it yet"
         )
 
-    def _wrap_unary(self, behavior: _Behavior, guard: _Guard, method: str) -> _Behavior:
+    def _wrap_unary(self, behavior: _Behavior, guard: _Guard, method: str, rpc_type: str) -> _Behavior:
         async def wrapped(request_or_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-            await guard(context, request_or_iterator)
-            try:
-                result = behavior(request_or_iterator, context)
-                return await result if inspect.isawaitable(result) else result
-            except errors.TrinityError as exc:
-                await _abort_with(context, exc)
-            except NotImplementedError:
-                await _abort_with(context, self._unimplemented(method))
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as exc:
-                log.exception("rpc_failed", method=method)
-                await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+            with self._metrics.rpc(method, rpc_type, context):
+                await guard(context, request_or_iterator)
+                try:
+                    result = behavior(request_or_iterator, context)
+                    return await result if inspect.isawaitable(result) else result
+                except errors.TrinityError as exc:
+                    await _abort_with(context, exc)
+                except NotImplementedError:
+                    await _abort_with(context, self._unimplemented(method))
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as exc:
+                    log.exception("rpc_failed", method=method)
+                    await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
 
         return wrapped
 
-    def _wrap_stream(self, behavior: _Behavior, guard: _Guard, method: str) -> _Behavior:
+    def _wrap_stream(self, behavior: _Behavior, guard: _Guard, method: str, rpc_type: str) -> _Behavior:
         async def wrapped(request_or_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            await guard(context, request_or_iterator)
-            try:
-                result = behavior(request_or_iterator, context)
-                if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
-                    async for item in result:
-                        yield item
-                else:  # a base-class (unimplemented) method or a sync iterator
-                    for item in result:
-                        yield item
-            except errors.TrinityError as exc:
-                await _abort_with(context, exc)
-            except NotImplementedError:
-                await _abort_with(context, self._unimplemented(method))
-            except (asyncio.CancelledError, grpc.aio.AbortError):
-                raise
-            except Exception as exc:
-                log.exception("rpc_failed", method=method)
-                await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+            with self._metrics.rpc(method, rpc_type, context):
+                await guard(context, request_or_iterator)
+                try:
+                    result = behavior(request_or_iterator, context)
+                    if inspect.isasyncgen(result) or hasattr(result, "__aiter__"):
+                        async for item in result:
+                            yield item
+                    else:  # a base-class (unimplemented) method or a sync iterator
+                        for item in result:
+                            yield item
+                except errors.TrinityError as exc:
+                    await _abort_with(context, exc)
+                except NotImplementedError:
+                    await _abort_with(context, self._unimplemented(method))
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as exc:
+                    log.exception("rpc_failed", method=method)
+                    await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
 
         return wrapped
 
@@ -188,9 +198,14 @@ class ServiceServer:
         self.stop_requested_at: float | None = None  # time.monotonic() of the first stop request
         self._stop_event = asyncio.Event()
         self._health = health.aio.HealthServicer()
+        self.metrics = ServiceMetrics(name)
+        self.metrics_port: int | None = None  # bound port of /metrics (services.<name>.metrics_port)
+        self._metrics_endpoint = MetricsEndpoint(self.metrics.registry)
         self._server = grpc.aio.server(
             interceptors=[
-                _Interceptor(name, load_token(services.auth), limit_bytes(services.max_message_mb))
+                _Interceptor(
+                    name, load_token(services.auth), limit_bytes(services.max_message_mb), self.metrics
+                )
             ],
             options=grpc_options(services, receive_bytes=server_receive_bytes(services.max_message_mb)),
         )
@@ -200,6 +215,7 @@ class ServiceServer:
         """Register a servicer, e.g. add(add_BufferServiceServicer_to_server, s, "trinity_grpc.buffer.v1.BufferService")."""
         add_fn(servicer, self._server)
         self._service_names.append(full_name)
+        self.metrics.declare(full_name)
 
     def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
         """Run `hook` after in-flight calls finished (flush SQLite, close clients)."""
@@ -218,6 +234,7 @@ class ServiceServer:
             raise errors.Unavailable(
                 f"cannot bind {address}: {exc}", field=f"services.{self.name}.port"
             ) from exc
+        await self._start_metrics()
         enable_reflection([*self._service_names, health.SERVICE_NAME], self._server)
         # Handlers go in before the server is reachable, so an early SIGTERM still drains gracefully.
         self.install_signal_handlers()
@@ -228,6 +245,23 @@ class ServiceServer:
         log.info("server_started", service=self.name, address=address, port=self.port, tls=creds is not None)
         sdnotify.ready(f"serving {self.name} on {address}")
         return self.port
+
+    async def _start_metrics(self) -> None:
+        """`/metrics` on the gRPC server's interface, when services.<name>.metrics_port is set."""
+        port = self.endpoint.metrics_port
+        if port is None:
+            return
+        host = self.endpoint.bind_host
+        try:
+            self.metrics_port = await self._metrics_endpoint.start(host, port)
+        except OSError as exc:
+            raise errors.Unavailable(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}",
+                field=f"services.{self.name}.metrics_port",
+            ) from exc
+        log.info(
+            "metrics_listening", service=self.name, address=f"{host}:{self.metrics_port}", path="/metrics"
+        )
 
     def request_stop(self) -> None:
         if self.stop_requested_at is None:
@@ -280,6 +314,7 @@ class ServiceServer:
                 )
             except Exception:
                 log.exception("shutdown_hook_failed", service=self.name)
+        await self._metrics_endpoint.close()  # last: a scrape during the drain still answers
         log.info("server_stopped", service=self.name)
 
     def info(

@@ -147,6 +147,7 @@ async def serve(cfg: TrinityConfig) -> None:
     from services.buffer.client import BufferClient
     from services.common.monitor import make_monitor
     from services.explorer.explorer import Explorer
+    from services.explorer.metrics import step_mirror
 
     if cfg.mode == "train":
         raise FailedPrecondition(
@@ -163,7 +164,7 @@ async def serve(cfg: TrinityConfig) -> None:
     monitor = None
     try:
         parts = await asyncio.to_thread(build_parts, cfg)
-        monitor = make_monitor(cfg, "explorer")
+        monitor = step_mirror(make_monitor(cfg, "explorer"), server.metrics)
         async with await BufferClient.connect(
             cfg.services.buffer.address, services_cfg=cfg.services
         ) as buffer:

@@ -18,6 +18,7 @@ from services.common.server import ServiceServer
 from services.common.version import __version__
 from services.synchronizer import convert as C
 from services.synchronizer.core import Synchronizer
+from services.synchronizer.metrics import export as export_metrics
 from services.synchronizer.plan import Plan
 from services.synchronizer.store import JsonFileStore, ledger_path
 from trinity_grpc.synchronizer.v1 import synchronizer_pb2 as pb
@@ -177,6 +178,7 @@ async def serve(cfg: TrinityConfig) -> None:
     server = ServiceServer("synchronizer", cfg.services)
     servicer = SynchronizerServicer(core, cfg.synchronizer.heartbeat_interval_s, server)
     server.add(pb_grpc.add_SynchronizerServiceServicer_to_server, servicer, SERVICE_NAME)
+    export_metrics(server.metrics, core)
     await server.start()
     period = min(cfg.synchronizer.heartbeat_interval_s, cfg.synchronizer.member_timeout_s / 4)
     sweeper = asyncio.create_task(core.run_sweeper(period))

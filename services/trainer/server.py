@@ -106,6 +106,7 @@ async def serve(cfg: TrinityConfig) -> None:
     from services.trainer.build import build_engine
     from services.trainer.dataset_source import DatasetAwareSource
     from services.trainer.distributed import LeaderEngine, init_distributed
+    from services.trainer.metrics import step_mirror
     from services.trainer.service import TrainerLoop
 
     ctx = init_distributed() if cfg.trainer.strategy == "fsdp2" else None
@@ -132,7 +133,7 @@ async def serve(cfg: TrinityConfig) -> None:
                 built.tokenizer,
                 DatasetAwareSource(buffer, built.tokenizer, cfg),
                 sink=sink,
-                monitor=make_monitor(cfg, "trainer"),
+                monitor=step_mirror(make_monitor(cfg, "trainer"), server.metrics),
                 state=built.state,
             )
             servicer.loop = loop

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.deploy.stack import REPO, Stack, run, wait_until, write_long_run
+from tests.integration.prometheus_page import samples, value
 from trinity_grpc.buffer.v1 import buffer_pb2, buffer_pb2_grpc
 from trinity_grpc.common.v1 import common_pb2
 from trinity_grpc.synchronizer.v1 import synchronizer_pb2, synchronizer_pb2_grpc
@@ -124,6 +125,33 @@ def test_training_runs_through_all_four_services_and_versions_advance(stack: Sta
     steps = [e for e in stack.events("trainer") if e.get("event") == "train_step"]
     explored = [e for e in stack.events("explorer") if e.get("event") == "explore_step"]
     assert steps and explored and max(e["step"] for e in steps) >= first + 2
+
+
+# GET /metrics from inside the container, as the Prometheus of compose.monitoring.yaml does in the
+# project network (its image is not pulled here).
+SCRAPE = (
+    "import sys, urllib.request; "
+    "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=10).read().decode())"
+)
+
+
+def test_buffer_metrics_count_the_agents_and_the_trainers_calls(stack: Stack) -> None:
+    config = yaml.safe_load((REPO / "deploy" / "compose" / "config.yaml").read_text())
+    port = config["services"]["buffer"]["metrics_port"]
+    page = samples(stack.compose("exec", "-T", "buffer", "python", "-c", SCRAPE % port).stdout)
+    # the Python agent wrote 3 rows to py_agent (its retried Write stored nothing twice), read and acked them
+    assert value(page, "trinity_buffer_rows_total", buffer="py_agent", event="written") == 3
+    assert value(page, "trinity_buffer_rows_total", buffer="py_agent", event="acked") == 3
+    assert value(page, "trinity_buffer_depth", buffer="py_agent", kind="fifo") == 0
+    service = "trinity_grpc.buffer.v1.BufferService"
+
+    def handled(method: str) -> float:
+        labels = {"grpc_service": service, "grpc_method": method, "grpc_type": "unary", "grpc_code": "OK"}
+        return value(page, "grpc_server_handled_total", **labels) or 0.0
+
+    assert handled("Write") >= 4  # both agents' writes and retries, and the explorer's
+    assert handled("Read") >= 2 and handled("Ack") >= 2  # the agents' reads, then the trainer's
+    assert value(page, "process_resident_memory_bytes") > 10 * 2**20
 
 
 def test_buffer_killed_and_restarted_keeps_every_acknowledged_write(stack: Stack) -> None:

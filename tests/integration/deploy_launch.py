@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 
 import yaml
 
@@ -46,11 +47,15 @@ class Sandbox:
         for section, values in (overrides or {}).items():
             data.setdefault(section, {}).update(values)
         self.port_map: dict[int, int] = {}
+        self.metrics_ports: dict[str, int] = {}  # services whose config serves /metrics: the free port
         for name in SERVICES:
             endpoint = data.setdefault("services", {}).setdefault(name, {})
             old = int(endpoint.get("port", DEFAULT_PORTS[name]))
             self.port_map[old] = free_port()
             endpoint.update(host="127.0.0.1", bind=None, port=self.port_map[old])
+            if endpoint.get("metrics_port") is not None:
+                self.metrics_ports[name] = self.port_map[int(endpoint["metrics_port"])] = free_port()
+                endpoint["metrics_port"] = self.metrics_ports[name]
         self.ports = {name: data["services"][name]["port"] for name in SERVICES}
         for path, text in files.items():
             self.write(path, text)
@@ -104,7 +109,9 @@ class Launch:
     status_after: str | None = None
     health_after: subprocess.CompletedProcess[str] | None = None
     notified: list[str] = dataclasses.field(default_factory=list)
-    steps: int | None = None  # trainers: GetInfo's step when SIGTERM was sent
+    steps: int | None = None  # trainers and explorers: GetInfo's step when SIGTERM was sent
+    metrics: str | None = None  # its /metrics page just before SIGTERM (None: the config serves none)
+    metrics_error: str | None = None  # why that page could not be read
 
     @property
     def address(self) -> str:
@@ -112,6 +119,18 @@ class Launch:
 
     def log_tail(self) -> str:
         return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+
+def scrape(launch: Launch) -> None:
+    """GET /metrics of the launched service, as Prometheus does, into launch.metrics (or metrics_error)."""
+    port = launch.sandbox.metrics_ports.get(launch.service)
+    if port is None:
+        return
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            launch.metrics = reply.read().decode()
+    except OSError as exc:
+        launch.metrics_error = f"GET http://127.0.0.1:{port}/metrics: {exc}"
 
 
 def run_health(launch: Launch) -> subprocess.CompletedProcess[str]:
@@ -196,7 +215,9 @@ async def exercise(launches: list[Launch]) -> None:
     for launch, result in zip(serving, results, strict=True):
         launch.health_before = result
     # SIGTERM mid-job, not between jobs: each trainer has trained on its explorer's experiences.
-    await asyncio.gather(*(wait_step(la) for la in serving if la.service == "trainer"))
+    await asyncio.gather(*(wait_step(la) for la in serving if la.service in WORKERS))
+    # What Prometheus would read of each service at that moment.
+    await asyncio.gather(*(asyncio.to_thread(scrape, launch) for launch in serving))
     for wave in reversed(waves):
         await stop(wave)
     # Once stopped: the in-process probe for all, the artifact's own command where it is a supervisor's

@@ -12,7 +12,9 @@ The systemd and compose layouts run all four services from their own command lin
 per layout (the configs are CPU ones: builtin:tiny-arith), in the order their supervisors start them
 (buffer and synchronizer healthy first, then trainer and explorer) and stopped in reverse order. Their
 sandbox config also raises buffer.total_epochs, so the job is still running when SIGTERM comes rather
-than ending by itself; SIGTERM comes once each trainer has trained at least one step.
+than ending by itself; SIGTERM comes once each trainer has trained at least one step. Just before it,
+every service's /metrics (the artifacts' configs set services.<name>.metrics_port) is read as
+Prometheus reads it, and the figures of that short run are checked.
 
 Checked for shape only: Kubernetes' trainer and explorer (the trainer is a two-node torchrun,
 `--nnodes=2 --master-addr=trinity-trainer-0...`, not reproducible on one machine without rewriting the
@@ -54,6 +56,7 @@ from tests.integration.deploy_launch import (
     Launch,
     exercise,
 )
+from tests.integration.prometheus_page import families, samples, value
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +98,55 @@ def test_artifact_command_serves_passes_its_health_check_and_exits_zero_on_sigte
             name,
             after,
         )
+
+
+# What each service exports (docs/metrics.md), on top of the RPC and process series of every service.
+OWN_FAMILIES = {
+    "buffer": {"trinity_buffer_depth", "trinity_buffer_leases_outstanding", "trinity_buffer_rows"},
+    "synchronizer": {"trinity_sync_latest_version", "trinity_sync_version_lag", "trinity_sync_members"},
+    "trainer": {"trinity_trainer_step_seconds", "trinity_trainer_tokens_per_second", "trinity_trainer_step"},
+    "explorer": {"trinity_explorer_weight_sync_seconds", "trinity_explorer_step_seconds"},
+}
+COMMON_FAMILIES = {
+    "grpc_server_started",
+    "grpc_server_handled",
+    "grpc_server_handling_seconds",
+    "process_resident_memory_bytes",
+    "trinity_service_info",
+}
+
+
+@pytest.mark.parametrize("name", LAUNCH_NAMES)
+def test_artifact_config_serves_prometheus_metrics_of_the_running_service(launched, name) -> None:
+    launch = launched[name]
+    assert launch.start_error is None, launch.log_tail()
+    assert launch.metrics is not None, launch.metrics_error or f"{name}: its config sets no metrics_port"
+    page = samples(launch.metrics)  # prometheus_client's parser: fails on a malformed page
+    assert COMMON_FAMILIES | OWN_FAMILIES[launch.service] <= families(launch.metrics), name
+    assert value(page, "trinity_service_info", service=launch.service, version="0.1.0") == 1
+    assert value(page, "process_resident_memory_bytes") > 10 * 2**20
+    if name.startswith("k8s:"):  # buffer and synchronizer alone: nothing called them but probes
+        return
+    # A whole (short) run went through: each figure moved.
+    if launch.service == "buffer":
+        read = {"grpc_service": "trinity_grpc.buffer.v1.BufferService", "grpc_method": "Read"}
+        assert value(page, "grpc_server_handled_total", **read, grpc_type="unary", grpc_code="OK") >= 1
+        written = [
+            v
+            for (n, labels), v in page.items()
+            if n == "trinity_buffer_rows_total" and ("event", "written") in labels
+        ]
+        assert sum(written) >= 1, name
+    elif launch.service == "synchronizer":
+        assert value(page, "trinity_sync_members", role="trainer", state="alive") == 1
+        assert value(page, "trinity_sync_members", role="explorer", state="alive") == 1
+    elif launch.service == "trainer":
+        assert value(page, "trinity_trainer_step") >= 1
+        assert value(page, "trinity_trainer_step_seconds_count") >= 1
+        assert value(page, "trinity_trainer_tokens_per_second") > 0
+    else:
+        assert value(page, "trinity_explorer_step") >= 1
+        assert value(page, "trinity_explorer_weight_sync_seconds_count") >= 1
 
 
 @pytest.mark.parametrize("service", RUNNABLE + WORKERS)

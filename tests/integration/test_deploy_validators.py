@@ -114,7 +114,9 @@ def check_compose(*files: pathlib.Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_compose_files_pass_the_compose_specification_schema() -> None:
-    result = check_compose(COMPOSE / "compose.yaml", COMPOSE / "compose.gpu.yaml")
+    result = check_compose(
+        COMPOSE / "compose.yaml", COMPOSE / "compose.gpu.yaml", COMPOSE / "compose.monitoring.yaml"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

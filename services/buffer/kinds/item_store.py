@@ -149,6 +149,12 @@ class ItemStore:
         expired = sum(lease.count for lease in self.m.leases.values() if lease.expires_at <= now)
         return self.m.ready - sum(self.m.cooling.values()) + expired
 
+    def held(self, now: float | None = None) -> tuple[int, int]:
+        """(leases, rows) under a lease that has not expired: what readers hold and have not acked."""
+        now = time.time() if now is None else now
+        live = [lease.count for lease in self.m.leases.values() if lease.expires_at > now]
+        return len(live), sum(live)
+
     def end_of_data(self) -> bool:
         """Every declared writer closed and nothing is left that could be read."""
         writers = self.m.writers
@@ -285,7 +291,7 @@ class ItemStore:
 
         versions, oldest = await self.db.read(q)
         now = time.time()
-        leased = sum(lease.count for lease in self.m.leases.values() if lease.expires_at > now)
+        _, leased = self.held(now)
         c = self.m.counters
         return ItemStats(
             depth=self.available(now),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from services.common.config.base import Section
 
@@ -19,6 +19,19 @@ class Endpoint(Section):
     """TCP port; 0 lets the OS choose (tests) — then clients must be told the port."""
     bind: str | None = None
     """Interface the server binds (e.g. 0.0.0.0 in a container); defaults to `host`."""
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    """Prometheus metrics of this service as plain HTTP at `http://<bind or host>:<metrics_port>/metrics`
+    (no TLS, no token: the gRPC interface's reach); null (default): none; 0 lets the OS choose
+    (logged as `metrics_listening`). What is exported: docs/metrics.md."""
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _not_the_grpc_port(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and value == info.data.get("port"):
+            raise ValueError(
+                f"{value} is this service's gRPC `port` too; give the metrics a port of their own"
+            )
+        return value
 
     @property
     def address(self) -> str:
@@ -26,7 +39,12 @@ class Endpoint(Section):
 
     @property
     def bind_address(self) -> str:
-        return f"{self.bind or self.host}:{self.port}"
+        return f"{self.bind_host}:{self.port}"
+
+    @property
+    def bind_host(self) -> str:
+        """The interface the gRPC server and the metrics endpoint bind."""
+        return self.bind or self.host
 
 
 class TLSConfig(Section):

@@ -303,6 +303,21 @@ def test_resolve_ports_gives_port_zero_endpoints_a_free_port(
     assert cfg.services.buffer.port == 0 and cfg.services.trainer.port == 0  # the input is not modified
 
 
+def test_resolve_ports_gives_metrics_port_zero_a_free_port_and_leaves_null_alone(
+    make_cfg: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports = iter([6001, 6002])
+    monkeypatch.setattr(prepare, "free_port", lambda: next(ports))
+    cfg = make_cfg(
+        "services:\n  buffer: {port: 7000, metrics_port: 0}\n  synchronizer: {port: 0, metrics_port: 9000}\n"
+        "  trainer: {port: 7001}\n  explorer: {port: 7002}\n"
+    )
+    resolved = prepare.resolve_ports(cfg)
+    assert (resolved.services.buffer.port, resolved.services.buffer.metrics_port) == (7000, 6001)
+    assert (resolved.services.synchronizer.port, resolved.services.synchronizer.metrics_port) == (6002, 9000)
+    assert resolved.services.trainer.metrics_port is None and resolved.services.explorer.metrics_port is None
+
+
 def test_resolve_ports_with_fixed_ports_changes_nothing(
     make_cfg: MakeConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

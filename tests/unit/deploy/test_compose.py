@@ -18,6 +18,8 @@ from tests.conftest import REPO
 COMPOSE_DIR = REPO / "deploy" / "compose"
 COMPOSE = yaml.safe_load((COMPOSE_DIR / "compose.yaml").read_text())
 GPU = yaml.safe_load((COMPOSE_DIR / "compose.gpu.yaml").read_text())
+MONITORING = yaml.safe_load((COMPOSE_DIR / "compose.monitoring.yaml").read_text())
+PROMETHEUS = yaml.safe_load((COMPOSE_DIR / "prometheus.yml").read_text())
 CONFIG_TARGET = "/etc/trinity-grpc/config.yaml"
 
 
@@ -175,5 +177,32 @@ def test_dockerfile_runs_unprivileged_with_the_makefiles_torch_pin() -> None:
     assert f"TORCH_VERSION := {args['TORCH_VERSION']}" in makefile
     assert args["TORCH_INDEX"].endswith("/cpu")
     exposed = {int(p) for i, a in instructions if i == "EXPOSE" for p in a.split()}
-    assert exposed == {50051, 50052, 50053, 50054}
+    assert exposed == {50051, 50052, 50053, 50054, 9451, 9452, 9453, 9454}
     assert ("STOPSIGNAL", "SIGTERM") in instructions
+
+
+def test_every_service_serves_metrics_on_its_own_port_of_every_interface(cfg) -> None:
+    ports = [cfg.services.endpoint(name).metrics_port for name in SERVICE_NAMES]
+    assert ports == [9451, 9452, 9453, 9454]
+    for name in SERVICE_NAMES:  # bound where the gRPC server binds: reachable in the project network
+        assert cfg.services.endpoint(name).bind_host == "0.0.0.0"
+
+
+def test_prometheus_override_scrapes_every_service_at_its_configured_metrics_port(cfg) -> None:
+    prometheus = MONITORING["services"]["prometheus"]
+    assert ("./prometheus.yml", "/etc/prometheus/prometheus.yml", "ro") in [
+        tuple((v.split(":") + ["rw"])[:3]) for v in prometheus["volumes"]
+    ]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    assert set(MONITORING["services"]) == {"prometheus"}  # an addition: the four services unchanged
+    jobs = {job["job_name"]: job for job in PROMETHEUS["scrape_configs"]}
+    assert set(jobs) == {f"trinity-{name}" for name in SERVICE_NAMES}
+    for name in SERVICE_NAMES:
+        job = jobs[f"trinity-{name}"]
+        port = cfg.services.endpoint(name).metrics_port
+        if name == "explorer":  # every replica of `--scale explorer=N`
+            (sd,) = job["dns_sd_configs"]
+            assert (sd["names"], sd["type"], sd["port"]) == ([name], "A", port)
+        else:
+            assert job["static_configs"] == [{"targets": [f"{name}:{port}"]}]
+        assert job.get("metrics_path", "/metrics") == "/metrics"

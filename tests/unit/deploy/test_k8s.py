@@ -225,6 +225,20 @@ def test_config_map_config_uses_service_dns_names_and_binds_all_interfaces(cfg) 
         assert grace > cfg.services.shutdown_grace_s
 
 
+def test_every_pod_announces_its_configured_metrics_port_to_prometheus(cfg) -> None:
+    for component in SERVICE_NAMES:
+        w = workload(component)
+        port = cfg.services.endpoint(component).metrics_port
+        assert port is not None, component
+        annotations = w["spec"]["template"]["metadata"]["annotations"]
+        assert annotations == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(port),
+            "prometheus.io/path": "/metrics",
+        }, component
+        assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container(w)["ports"]
+
+
 def test_config_map_taskset_is_in_the_config_map(cfg) -> None:
     path = cfg.buffer.explorer_input.taskset.path
     assert path.startswith(CONFIG_DIR + "/") and path.removeprefix(CONFIG_DIR + "/") in config_map()["data"]

@@ -135,6 +135,13 @@ def test_systemd_example_config_is_valid_and_on_the_default_ports(cfg) -> None:
     assert ports == [50051, 50052, 50053, 50054]
 
 
+def test_systemd_example_config_serves_metrics_on_loopback(cfg) -> None:
+    # ExecStart passes only --config: the metrics ports come from it, bound where gRPC binds.
+    ports = [cfg.services.endpoint(s).metrics_port for s in SERVICE_NAMES]
+    assert ports == [9451, 9452, 9453, 9454]
+    assert {cfg.services.endpoint(s).bind_host for s in SERVICE_NAMES} == {"127.0.0.1"}
+
+
 def test_torchrun_dropin_replaces_exec_start_with_the_trainer_module() -> None:
     dropin = unit(SYSTEMD / "trainer-torchrun.conf.example")
     assert dropin["Service.ExecStart"][0] == ""  # reset the template's ExecStart first
