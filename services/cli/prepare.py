@@ -157,14 +157,18 @@ def fresh_run_overrides(cfg: TrinityConfig, overrides: Sequence[str]) -> list[st
 
 
 def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
-    """--set items of explorer replica `index` (2, 3, ...): its own member name and port; it scores
-    no eval tasksets (the first explorer does, once per eval step)."""
-    return (
+    """--set items of explorer replica `index` (2, 3, ...): its own member name, port and metrics
+    port (when metrics are on); it scores no eval tasksets (the first explorer does, once per eval
+    step)."""
+    items = (
         f"explorer.name={cfg.explorer.name}-{index}",
         f"services.explorer.port={free_port()}",
         "explorer.eval_on_startup=false",
         "buffer.explorer_input.eval_tasksets=[]",
     )
+    if cfg.services.explorer.metrics_port is not None:
+        items += (f"services.explorer.metrics_port={free_port()}",)
+    return items
 
 
 PIN_ENV = "TRINITY_PIN_CPUS"

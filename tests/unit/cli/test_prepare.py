@@ -104,3 +104,14 @@ def test_a_bad_pin_spec_names_the_variable(monkeypatch: pytest.MonkeyPatch, spec
     with pytest.raises(ConfigError, match=message) as info:
         pinned_cpus("trainer", spec)
     assert info.value.field == "TRINITY_PIN_CPUS"
+
+
+def test_explorer_replicas_get_their_own_name_ports_and_no_evals() -> None:
+    cfg = load_config(None, ["explorer.replicas=3", "services.explorer.metrics_port=9454"])
+    items = dict(item.split("=", 1) for item in prepare.replica_overrides(cfg, 3))
+    assert items["explorer.name"] == "explorer-3"
+    assert int(items["services.explorer.port"]) not in (0, cfg.services.explorer.port)
+    assert int(items["services.explorer.metrics_port"]) != 9454
+    assert items["buffer.explorer_input.eval_tasksets"] == "[]"
+    plain = dict(item.split("=", 1) for item in prepare.replica_overrides(load_config(None), 2))
+    assert "services.explorer.metrics_port" not in plain
