@@ -12,7 +12,11 @@ if it has one: M2PO's mask) each split into
 length-bucketed micro-batches whose gradients accumulate (each micro-batch loss is scaled by its
 share of the rows, the algorithm API's contract) before one clipped optimizer step.
 
-Settings and the lr schedule: settings.py; logprobs, the critic and batch metrics: modeling.py.
+Logprobs and entropy come from the logits a block of positions at a time (logprobs.py), so a
+micro-batch holds one [tokens, vocab] logits tensor and, in its backward pass, one gradient of it.
+Each phase's peak memory (memory.py) is in the step's metrics as memory/<phase>_peak_mb.
+
+Settings and the lr schedule: settings.py; the critic and batch metrics: modeling.py.
 """
 
 from __future__ import annotations
@@ -30,8 +34,15 @@ from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.batching import Batch, ModelInputs, micro_batches
 from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
+from services.trainer.logprobs import response_logits, response_logprobs
 from services.trainer.lora import is_lora, merged_state_dict
-from services.trainer.modeling import ValueModel, accepts_logits_to_keep, batch_metrics, token_logprobs
+from services.trainer.memory import PhasePeaks
+from services.trainer.modeling import (
+    ValueModel,
+    accepts_logits_to_keep,
+    batch_metrics,
+    enable_gradient_checkpointing,
+)
 from services.trainer.settings import EngineSettings, lr_factor
 
 TOP_LEVEL = ("rollout_corr/",)  # loss metrics logged under their own name, not actor/ (veRL's)
@@ -65,7 +76,7 @@ class TrainEngine:
         self.settings = settings
         self.ref_model = ref_model.to(self.device).eval() if ref_model is not None else None
         self.critic = critic.to(self.device) if critic is not None else None
-        if algorithm.use_reference and self.ref_model is None:
+        if algorithm.use_reference and self.ref_model is None and not is_lora(model):
             raise InvalidArgument(
                 f"algorithm {algorithm.name} needs a reference model", field="algorithm.kl_loss_fn"
             )
@@ -80,12 +91,9 @@ class TrainEngine:
                 field="model.model_path",
             )
         if settings.gradient_checkpointing:
-            # transformers 5 renamed it (the old name warns); older versions only have the old one.
-            hf: Any = model
-            if hasattr(hf, "activation_checkpointing_enable"):
-                hf.activation_checkpointing_enable({"use_reentrant": False})
-            else:
-                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(self.model)
+            if self.critic is not None:
+                enable_gradient_checkpointing(self.critic.backbone)
         if dist is not None:  # shard before the optimizer sees the parameters (they become DTensors)
             shard(self.model)
             if self.critic is not None:
@@ -103,6 +111,7 @@ class TrainEngine:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, settings))
         self.step = 0
         self._logits_to_keep = accepts_logits_to_keep(model)
+        self.peaks = PhasePeaks(self.device)
 
     def _param_groups(self, settings: EngineSettings) -> list[dict[str, Any]]:
         """One group at settings.lr; the critic gets a group of its own only at a different critic_lr
@@ -125,28 +134,26 @@ class TrainEngine:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _response_logits(self, model: nn.Module, inputs: ModelInputs) -> Tensor:
-        """Logits [b, T, V] at the positions predicting each response token, temperature applied."""
-        p, t = inputs.prompt_width, inputs.response_width
-        kwargs: dict[str, Any] = {"logits_to_keep": t + 1} if self._logits_to_keep else {}
-        out = model(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            position_ids=inputs.position_ids,
-            use_cache=False,
-            **kwargs,
+    def _logprobs(
+        self, model: nn.Module, inputs: ModelInputs, *, with_entropy: bool, entropy_grad: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Logprob (and entropy) [b, T] of the response tokens under `model`, temperature applied."""
+        with self._autocast():
+            logits, start = response_logits(model, inputs, logits_to_keep=self._logits_to_keep)
+        return response_logprobs(
+            logits,
+            start,
+            inputs.responses,
+            temperature=self.settings.temperature,
+            chunk_tokens=self.settings.logprob_chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
         )
-        logits = out.logits[:, :-1] if self._logits_to_keep else out.logits[:, p - 1 : p + t - 1]
-        if self.settings.temperature != 1.0:
-            logits = logits / self.settings.temperature
-        return logits
 
     def policy(self, inputs: ModelInputs, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         """Current policy's logprob and entropy over the response, [b, T] each (grad flows)."""
-        with self._autocast():
-            logits = self._response_logits(self.model, inputs)
         grad = bool(getattr(self.algorithm, "entropy_needs_grad", True))
-        return token_logprobs(logits, inputs.responses, with_entropy, entropy_grad=grad)
+        return self._logprobs(self.model, inputs, with_entropy=with_entropy, entropy_grad=grad)
 
     @torch.no_grad()
     def logprobs_of(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -154,9 +161,7 @@ class TrainEngine:
         out = torch.zeros_like(batch.train.action_mask)
         for idx in micro_batches(batch, self.settings.micro_batch_size, self.settings.tokens_per_micro_batch):
             inputs = batch.inputs.select(idx)
-            with self._autocast():
-                logits = self._response_logits(model, inputs)
-            logprob, _ = token_logprobs(logits, inputs.responses, False)
+            logprob, _ = self._logprobs(model, inputs, with_entropy=False)
             out[idx, : inputs.response_width] = logprob
         return out
 
@@ -166,12 +171,18 @@ class TrainEngine:
         out = torch.zeros_like(batch.train.action_mask)
         for idx in micro_batches(batch, self.settings.micro_batch_size, self.settings.tokens_per_micro_batch):
             inputs = batch.inputs.select(idx)
-            with self._autocast():
-                logits = self._response_logits(self.model, inputs)
-            _, entropy = token_logprobs(logits, inputs.responses, True, entropy_grad=False)
+            _, entropy = self._logprobs(self.model, inputs, with_entropy=True)
             assert entropy is not None
             out[idx, : inputs.response_width] = entropy
         return out
+
+    def reference_logprobs(self, batch: Batch) -> Tensor:
+        """The reference model's logprobs [B, T]; with LoRA and no separate reference model, the
+        policy's with its adapter disabled (the frozen base: Trinity's reference under LoRA)."""
+        if self.ref_model is not None:
+            return self.logprobs_of(self.ref_model, batch)
+        with cast(Any, self.model).disable_adapter():
+            return self.logprobs_of(self.model, batch)
 
     @torch.no_grad()
     def values_of(self, batch: Batch) -> Tensor:
@@ -194,7 +205,8 @@ class TrainEngine:
         self.model.eval()
         recompute_all = self.algorithm.recompute_old_logprob  # bypass_old_logprobs false
         if self.algorithm.needs_old_logprob and (recompute_all or bool(batch.needs_logprob.any())):
-            recomputed = self.logprobs_of(self.model, batch) * train.action_mask
+            with self.peaks.phase("recompute_logprob"):
+                recomputed = self.logprobs_of(self.model, batch) * train.action_mask
             if recompute_all:  # the engine's logprobs stay, as the rollout policy (rows without: ratio 1)
                 train.rollout_logprob = torch.where(
                     batch.needs_logprob.unsqueeze(-1), recomputed, train.old_logprob
@@ -206,17 +218,19 @@ class TrainEngine:
             timings["time/recompute_logprob"] = time.perf_counter() - start
         if getattr(self.algorithm, "needs_entropy", False):
             t0 = time.perf_counter()
-            train.entropy = self.entropy_of(batch) * train.action_mask
+            with self.peaks.phase("entropy"):
+                train.entropy = self.entropy_of(batch) * train.action_mask
             timings["time/entropy"] = time.perf_counter() - t0
-        self.model.train(was_training)
         if self.algorithm.use_reference:
-            assert self.ref_model is not None
             t0 = time.perf_counter()
-            train.ref_logprob = self.logprobs_of(self.ref_model, batch)
+            with self.peaks.phase("ref"):
+                train.ref_logprob = self.reference_logprobs(batch)
             timings["time/ref"] = time.perf_counter() - t0
+        self.model.train(was_training)
         if self.algorithm.use_critic:
             t0 = time.perf_counter()
-            train.values = self.values_of(batch)
+            with self.peaks.phase("values"):
+                train.values = self.values_of(batch)
             timings["time/values"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         adv_metrics = self.algorithm.compute_advantages(train)  # keeps producer-given advantages
@@ -254,7 +268,8 @@ class TrainEngine:
             sums = {"loss": 0.0}
             if self.algorithm.needs_update_prepass:  # e.g. M2PO's batch-wide mask, current weights
                 t0 = time.perf_counter()
-                prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
+                with self.peaks.phase("prepass"):
+                    prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
                 metrics.update({f"actor/{k}": v for k, v in prepass.items()})
                 metrics["time/prepass"] = time.perf_counter() - t0
             chunks = self._chunks(batch, active)
@@ -266,26 +281,13 @@ class TrainEngine:
                 if _epoch == 0:  # once an optimizer step ran, the step is finished, not abandoned
                     self._check_abandon()
                 share = len(idx) / n if real else 0.0  # a dummy keeps the ranks' collectives in step
-                mb = batch.select(idx)
-                logprob, entropy = self.policy(mb.inputs)
-                values = self.critic(mb.inputs) if self.critic is not None else None
-                # FSDP averages gradients over ranks; `world` turns that average back into the sum.
-                loss, parts = self.algorithm.compute_loss(
-                    mb.train, logprob, entropy, values, loss_scale=share * world
-                )
-                loss.backward()
-                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world
-                for key, value in parts.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * share
-                if entropy is not None:
-                    mask = mb.train.action_mask
-                    mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
-                    sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
+                self._micro_step(batch.select(idx), share, world, sums)
             if warming_up:  # veRL's critic warm-up: the policy's gradients are dropped, it does not move
                 for p in self.model.parameters():
                     p.grad = None
             t_optimizer = time.perf_counter()
-            grad_norm = self._clip_and_step()
+            with self.peaks.phase("optimizer"):
+                grad_norm = self._clip_and_step()
             metrics["time/optimizer"] = time.perf_counter() - t_optimizer
         if self.dist is not None:
             sums = all_reduce_sums(sums, self.device)
@@ -297,7 +299,28 @@ class TrainEngine:
         metrics["time/update"] = time.perf_counter() - t_update
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(batch_metrics(batch))
+        metrics.update(self.peaks.metrics())
         return metrics
+
+    def _micro_step(self, mb: Batch, share: float, world: int, sums: dict[str, float]) -> None:
+        """Forward, loss and backward of one micro-batch, its gradients added to the parameters' .grad;
+        its loss parts added to `sums`, weighted by its share of the batch's rows."""
+        with self.peaks.phase("forward"):
+            logprob, entropy = self.policy(mb.inputs)
+            values = self.critic(mb.inputs) if self.critic is not None else None
+            # FSDP averages gradients over ranks; `world` turns that average back into the sum.
+            loss, parts = self.algorithm.compute_loss(
+                mb.train, logprob, entropy, values, loss_scale=share * world
+            )
+        with self.peaks.phase("backward"):
+            loss.backward()
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world
+        for key, value in parts.items():
+            sums[key] = sums.get(key, 0.0) + float(value) * share
+        if entropy is not None:
+            mask = mb.train.action_mask
+            mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+            sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
 
     def _rows_to_train(self, batch: Batch) -> Tensor:
         """Indices of the rows the update passes over: all of them, or, when the algorithm says a
