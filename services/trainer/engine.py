@@ -12,9 +12,8 @@ if it has one: M2PO's mask) each split into
 length-bucketed micro-batches whose gradients accumulate (each micro-batch loss is scaled by its
 share of the rows, the algorithm API's contract) before one clipped optimizer step.
 
-Logprobs and entropy come from the logits a block of positions at a time (logprobs.py), so a
-micro-batch holds one [tokens, vocab] logits tensor and, in its backward pass, one gradient of it.
-Each phase's peak memory (memory.py) is in the step's metrics as memory/<phase>_peak_mb.
+Logprobs and entropy come from the logits in blocks of positions (logprobs.py); each phase's peak
+memory (memory.py) is in the step's metrics as memory/<phase>_peak_mb.
 
 Settings and the lr schedule: settings.py; the critic and batch metrics: modeling.py.
 """
@@ -33,7 +32,15 @@ from torch import Tensor, nn
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.batching import Batch, ModelInputs, micro_batches
-from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
+from services.trainer.distributed import (
+    DistContext,
+    all_reduce_sums,
+    deal_micro_batches,
+    full_model_state,
+    gather_training_state,
+    scatter_training_state,
+    shard,
+)
 from services.trainer.logprobs import response_logits, response_logprobs
 from services.trainer.lora import is_lora, merged_state_dict
 from services.trainer.memory import PhasePeaks
@@ -200,12 +207,11 @@ class TrainEngine:
         """Everything computed once per batch before the update; fills the batch in place."""
         train = batch.train
         timings: dict[str, float] = {}
-        start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
         recompute_all = self.algorithm.recompute_old_logprob  # bypass_old_logprobs false
         if self.algorithm.needs_old_logprob and (recompute_all or bool(batch.needs_logprob.any())):
-            with self.peaks.phase("recompute_logprob"):
+            with self._phase("recompute_logprob", timings):
                 recomputed = self.logprobs_of(self.model, batch) * train.action_mask
             if recompute_all:  # the engine's logprobs stay, as the rollout policy (rows without: ratio 1)
                 train.rollout_logprob = torch.where(
@@ -215,28 +221,29 @@ class TrainEngine:
             else:
                 rows = batch.needs_logprob
                 train.old_logprob[rows] = recomputed[rows]
-            timings["time/recompute_logprob"] = time.perf_counter() - start
         if getattr(self.algorithm, "needs_entropy", False):
-            t0 = time.perf_counter()
-            with self.peaks.phase("entropy"):
+            with self._phase("entropy", timings):
                 train.entropy = self.entropy_of(batch) * train.action_mask
-            timings["time/entropy"] = time.perf_counter() - t0
         if self.algorithm.use_reference:
-            t0 = time.perf_counter()
-            with self.peaks.phase("ref"):
+            with self._phase("ref", timings):
                 train.ref_logprob = self.reference_logprobs(batch)
-            timings["time/ref"] = time.perf_counter() - t0
         self.model.train(was_training)
         if self.algorithm.use_critic:
-            t0 = time.perf_counter()
-            with self.peaks.phase("values"):
+            with self._phase("values", timings):
                 train.values = self.values_of(batch)
-            timings["time/values"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         adv_metrics = self.algorithm.compute_advantages(train)  # keeps producer-given advantages
         timings["time/advantage"] = time.perf_counter() - t0
         correction = self.algorithm.correct_batch(train)  # after the advantages, as veRL's trainer
         return {**adv_metrics, **correction, **timings}
+
+    @contextlib.contextmanager
+    def _phase(self, name: str, timings: dict[str, float]) -> Iterator[None]:
+        """Time the block (timings["time/<name>"]) and record its peak memory (self.peaks)."""
+        t0 = time.perf_counter()
+        with self.peaks.phase(name):
+            yield
+        timings[f"time/{name}"] = time.perf_counter() - t0
 
     def _check_abandon(self) -> None:
         # FSDP ranks must run the same collectives, so a distributed step always finishes.
@@ -245,7 +252,14 @@ class TrainEngine:
             raise StepAbandoned(f"step {self.step + 1} abandoned before its optimizer step")
 
     def train_step(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step per ppo epoch over `batch`; returns metrics (loss parts, grad norm, lr...)."""
+        """One optimizer step per ppo epoch over `batch`; returns metrics (loss parts, grad norm, lr,
+        each phase's peak memory and the whole step's, memory/step_peak_mb...)."""
+        with self.peaks.phase("step"):
+            metrics = self._train_step(batch)
+        metrics.update(self.peaks.metrics())
+        return metrics
+
+    def _train_step(self, batch: Batch) -> dict[str, float]:
         start = time.perf_counter()
         batch = Batch(
             batch.inputs.to(self.device), batch.train.to(self.device), batch.needs_logprob.to(self.device)
@@ -267,11 +281,9 @@ class TrainEngine:
             self.optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0}
             if self.algorithm.needs_update_prepass:  # e.g. M2PO's batch-wide mask, current weights
-                t0 = time.perf_counter()
-                with self.peaks.phase("prepass"):
+                with self._phase("prepass", metrics):
                     prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
                 metrics.update({f"actor/{k}": v for k, v in prepass.items()})
-                metrics["time/prepass"] = time.perf_counter() - t0
             chunks = self._chunks(batch, active)
             if self.dist is not None:
                 mine = deal_micro_batches(chunks, self.dist.rank, world)
@@ -285,10 +297,8 @@ class TrainEngine:
             if warming_up:  # veRL's critic warm-up: the policy's gradients are dropped, it does not move
                 for p in self.model.parameters():
                     p.grad = None
-            t_optimizer = time.perf_counter()
-            with self.peaks.phase("optimizer"):
+            with self._phase("optimizer", metrics):
                 grad_norm = self._clip_and_step()
-            metrics["time/optimizer"] = time.perf_counter() - t_optimizer
         if self.dist is not None:
             sums = all_reduce_sums(sums, self.device)
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the lr this step used
@@ -299,7 +309,6 @@ class TrainEngine:
         metrics["time/update"] = time.perf_counter() - t_update
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(batch_metrics(batch))
-        metrics.update(self.peaks.metrics())
         return metrics
 
     def _micro_step(self, mb: Batch, share: float, world: int, sums: dict[str, float]) -> None:
@@ -365,11 +374,7 @@ class TrainEngine:
             if is_lora(self.model):
                 return merged_state_dict(self.model)
             return {k: v.detach() for k, v in self.model.state_dict().items()}
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        # full_state_dict=True gives plain tensors (ValueType also admits DTensor and nested dicts)
-        return cast("dict[str, Tensor]", get_model_state_dict(self.model, options=options))
+        return full_model_state(self.model)
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler, critic and step (the model's weights are saved separately, HF format).
@@ -383,17 +388,7 @@ class TrainEngine:
             if self.critic is not None:
                 state["critic"] = self.critic.state_dict()
             return state
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state["optimizer"] = get_optimizer_state_dict(self._trainables, self.optimizer, options=options)
-        if self.critic is not None:
-            state["critic"] = get_model_state_dict(self.critic, options=options)
-        return state
+        return {**state, **gather_training_state(self._trainables, self.optimizer, self.critic)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Every rank passes the full state it read from the checkpoint."""
@@ -404,13 +399,4 @@ class TrainEngine:
             if self.critic is not None and "critic" in state:
                 self.critic.load_state_dict(state["critic"])
             return
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True)
-        if self.critic is not None and "critic" in state:
-            set_model_state_dict(self.critic, state["critic"], options=options)
-        set_optimizer_state_dict(self._trainables, self.optimizer, state["optimizer"], options=options)
+        scatter_training_state(self._trainables, self.optimizer, self.critic, state)

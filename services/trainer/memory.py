@@ -9,7 +9,8 @@ included. Elsewhere (macOS, or a kernel that refuses the reset) there is no per-
 `PhasePeaks.available` is false; memory/peak_rss_mb is reported either way.
 
 A phase that runs several times in a step (forward and backward run once per micro-batch) reports
-the highest of its runs.
+the highest of its runs. Phases nest: an enclosing phase (the whole step) sees the peaks of those
+inside it, although each of them restarts the count.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class PhasePeaks:
         self.cuda = device.type == "cuda"
         self.available = self.cuda or rss_peak_supported()
         self._peaks: dict[str, float] = {}
+        self._open: list[str] = []  # the phases running now, outermost first
 
     def _reset(self) -> None:
         if self.cuda:
@@ -67,17 +69,27 @@ class PhasePeaks:
             return torch.cuda.max_memory_allocated(self.device) / MIB
         return _read_hwm_mb()
 
+    def _fold(self) -> None:
+        """Give the running phases the peak counted since the last reset (before it restarts)."""
+        if self._open:
+            peak = self._peak_mb()
+            for name in self._open:
+                self._peaks[name] = max(self._peaks.get(name, 0.0), peak)
+
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Record the peak while the block runs, under `name` (the highest of repeated runs)."""
         if not self.available:
             yield
             return
+        self._fold()
         self._reset()
+        self._open.append(name)
         try:
             yield
         finally:
-            self._peaks[name] = max(self._peaks.get(name, 0.0), self._peak_mb())
+            self._fold()
+            self._open.pop()
 
     def metrics(self) -> dict[str, float]:
         """{"memory/<phase>_peak_mb": MiB} of the phases run since the last call."""

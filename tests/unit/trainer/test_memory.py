@@ -33,3 +33,16 @@ def test_a_phase_reports_what_it_allocated_and_the_next_one_starts_afresh() -> N
     assert metrics["memory/big_peak_mb"] - metrics["memory/small_peak_mb"] > 200
     assert peak_rss_mb() >= metrics["memory/big_peak_mb"] - 1.0  # the reset lowered the kernel's count only
     assert peaks.metrics() == {}
+
+
+def test_an_enclosing_phase_sees_the_peaks_of_the_phases_inside_it() -> None:
+    peaks = PhasePeaks(torch.device("cpu"))
+    with peaks.phase("step"):
+        with peaks.phase("forward"):
+            big = touch(256)
+            del big
+        with peaks.phase("optimizer"):  # restarts the count: the 256 MiB are not in this one
+            pass
+    metrics = peaks.metrics()
+    assert metrics["memory/step_peak_mb"] >= metrics["memory/forward_peak_mb"]
+    assert metrics["memory/forward_peak_mb"] - metrics["memory/optimizer_peak_mb"] > 200
