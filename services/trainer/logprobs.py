@@ -6,16 +6,16 @@ For a row of logits x [V] (after dividing by the sampling temperature τ) and it
 
 `token_logprobs` computes this with plain torch ops over the whole [b, T, V] block. Its autograd
 graph keeps a float32 [b, T, V] tensor per op (the softmax for the entropy) and its backward builds
-several more (the logsumexp, gather and slice gradients), which for a 49k vocabulary is most of a
-micro-batch's memory. `chunked_token_logprobs` gives the same numbers with one custom autograd
+several more (the logsumexp, gather and slice gradients): four or five copies, each 361 MiB for 4
+rows of 480 positions over a 49k vocabulary (benchmarks/trainer_memory.py). `chunked_token_logprobs` gives the same numbers with one custom autograd
 function that walks the logits a block of about `chunk_tokens` positions at a time: its forward keeps
 only the logits (no copy) and two floats per position; its backward recomputes each block's softmax
 and writes that block's gradient into the one [b, L, V] gradient the model's head needs anyway:
 
     d log p(y) / d x_k = 1[k = y] - p_k;     d H / d x_k = -p_k (x_k - E_p[x]);     d x / d logits = 1/τ
 
-Liger-Kernel's fused linear cross-entropy and veRL's `entropy_from_logits_with_chunking` are
-the same idea (veRL chunks the entropy only, and only outside autograd).
+veRL's `entropy_from_logits_with_chunking` / `entropy_checkpointing` are the same idea for the
+entropy; Liger-Kernel's fused linear cross-entropy goes further (it never forms the whole logits).
 """
 
 from __future__ import annotations
