@@ -14,13 +14,29 @@ from typing import Protocol
 
 from services.common.config.schema import TrinityConfig
 
+_peak_before_resets_kib = 0  # reset_peak_rss lowers the kernel's count; the peak so far is kept here
+
 
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MiB (`memory/peak_rss_mb`; summary.json's
-    per-service `peak_rss_mb`)."""
+    per-service `peak_rss_mb`), also across reset_peak_rss."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+    now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux reports KiB
+    return max(now, _peak_before_resets_kib) / 1024.0
+
+
+def reset_peak_rss() -> None:
+    """Restart the kernel's peak-resident-memory count (VmHWM, and ru_maxrss with it) from the current
+    resident memory, so that a peak over a span can be read (the trainer's per-phase peaks);
+    peak_rss_mb still gives the peak since start. Linux only: OSError elsewhere."""
+    import resource
+
+    global _peak_before_resets_kib
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # 5: reset the peak resident set size
+    _peak_before_resets_kib = max(_peak_before_resets_kib, before)
 
 
 class Monitor(Protocol):

@@ -7,8 +7,11 @@ step, RNG and data cursor from its state files; the reference model is always th
 
 With model.lora_configs the policy is the base model (model.model_path, never the merged weights of a
 checkpoint's model/) wrapped in the adapter of the checkpoint's lora_adapter/ on resume, else of
-lora.path, else a fresh one (services/trainer/lora.py); the reference model is that base, as
-Trinity's "adapter disabled" is.
+lora.path, else a fresh one (services/trainer/lora.py); the reference is that base: the policy with
+its adapter disabled, as Trinity's, so no second copy of the base is loaded.
+
+A reference model is loaded only when the algorithm needs one (a KL penalty or loss with a nonzero
+kl_coef, or DPO's loss): Algorithm.use_reference.
 """
 
 from __future__ import annotations
@@ -112,7 +115,7 @@ def build_engine(cfg: TrinityConfig, *, device: str | None = None, dist: Any = N
     model = load_policy(cfg, latest[1] if latest else None, dtype=dtype, device=device)
     tokenizer = load_tokenizer(cfg.model.model_path, cfg.model.tokenizer_path)
     ref_model = None
-    if algorithm.use_reference:
+    if algorithm.use_reference and cfg.model.lora is None:
         ref_model = load_causal_lm(
             cfg.model.model_path, dtype=cfg.model.dtype, device=device, seed=cfg.model.seed
         )

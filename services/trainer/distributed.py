@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -74,6 +74,49 @@ def shard(module: nn.Module) -> nn.Module:
             fully_shard(sub)
     fully_shard(module)
     return module
+
+
+def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The sharded model's full weights, gathered to rank 0's CPU (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    # full_state_dict=True gives plain tensors (ValueType also admits DTensor and nested dicts)
+    return cast("dict[str, torch.Tensor]", get_model_state_dict(model, options=options))
+
+
+def gather_training_state(
+    trainables: nn.Module, optimizer: torch.optim.Optimizer, critic: nn.Module | None
+) -> dict[str, Any]:
+    """{"optimizer": full state keyed by parameter name[, "critic": its full weights]} on rank 0's
+    CPU (a collective), so a checkpoint resumes under any world size of the same strategy."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state: dict[str, Any] = {"optimizer": get_optimizer_state_dict(trainables, optimizer, options=options)}
+    if critic is not None:
+        state["critic"] = get_model_state_dict(critic, options=options)
+    return state
+
+
+def scatter_training_state(
+    trainables: nn.Module, optimizer: torch.optim.Optimizer, critic: nn.Module | None, state: dict[str, Any]
+) -> None:
+    """Load gather_training_state's full state into the shards (every rank passes it whole)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True)
+    if critic is not None and "critic" in state:
+        set_model_state_dict(critic, state["critic"], options=options)
+    set_optimizer_state_dict(trainables, optimizer, state["optimizer"], options=options)
 
 
 def deal_micro_batches(chunks: list[Any], rank: int, world_size: int) -> list[tuple[Any, bool]]:

@@ -12,7 +12,10 @@ if it has one: M2PO's mask) each split into
 length-bucketed micro-batches whose gradients accumulate (each micro-batch loss is scaled by its
 share of the rows, the algorithm API's contract) before one clipped optimizer step.
 
-Settings and the lr schedule: settings.py; logprobs, the critic and batch metrics: modeling.py.
+Logprobs and entropy come from the logits in blocks of positions (logprobs.py); each phase's peak
+memory (memory.py) is in the step's metrics as memory/<phase>_peak_mb.
+
+Settings and the lr schedule: settings.py; the critic and batch metrics: modeling.py.
 """
 
 from __future__ import annotations
@@ -29,9 +32,24 @@ from torch import Tensor, nn
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.batching import Batch, ModelInputs, micro_batches
-from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
+from services.trainer.distributed import (
+    DistContext,
+    all_reduce_sums,
+    deal_micro_batches,
+    full_model_state,
+    gather_training_state,
+    scatter_training_state,
+    shard,
+)
+from services.trainer.logprobs import response_logits, response_logprobs
 from services.trainer.lora import is_lora, merged_state_dict
-from services.trainer.modeling import ValueModel, accepts_logits_to_keep, batch_metrics, token_logprobs
+from services.trainer.memory import PhasePeaks
+from services.trainer.modeling import (
+    ValueModel,
+    accepts_logits_to_keep,
+    batch_metrics,
+    enable_gradient_checkpointing,
+)
 from services.trainer.settings import EngineSettings, lr_factor
 
 TOP_LEVEL = ("rollout_corr/",)  # loss metrics logged under their own name, not actor/ (veRL's)
@@ -65,7 +83,7 @@ class TrainEngine:
         self.settings = settings
         self.ref_model = ref_model.to(self.device).eval() if ref_model is not None else None
         self.critic = critic.to(self.device) if critic is not None else None
-        if algorithm.use_reference and self.ref_model is None:
+        if algorithm.use_reference and self.ref_model is None and not is_lora(model):
             raise InvalidArgument(
                 f"algorithm {algorithm.name} needs a reference model", field="algorithm.kl_loss_fn"
             )
@@ -80,12 +98,9 @@ class TrainEngine:
                 field="model.model_path",
             )
         if settings.gradient_checkpointing:
-            # transformers 5 renamed it (the old name warns); older versions only have the old one.
-            hf: Any = model
-            if hasattr(hf, "activation_checkpointing_enable"):
-                hf.activation_checkpointing_enable({"use_reentrant": False})
-            else:
-                hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(self.model)
+            if self.critic is not None:
+                enable_gradient_checkpointing(self.critic.backbone)
         if dist is not None:  # shard before the optimizer sees the parameters (they become DTensors)
             shard(self.model)
             if self.critic is not None:
@@ -103,6 +118,7 @@ class TrainEngine:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, settings))
         self.step = 0
         self._logits_to_keep = accepts_logits_to_keep(model)
+        self.peaks = PhasePeaks(self.device)
 
     def _param_groups(self, settings: EngineSettings) -> list[dict[str, Any]]:
         """One group at settings.lr; the critic gets a group of its own only at a different critic_lr
@@ -125,28 +141,26 @@ class TrainEngine:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _response_logits(self, model: nn.Module, inputs: ModelInputs) -> Tensor:
-        """Logits [b, T, V] at the positions predicting each response token, temperature applied."""
-        p, t = inputs.prompt_width, inputs.response_width
-        kwargs: dict[str, Any] = {"logits_to_keep": t + 1} if self._logits_to_keep else {}
-        out = model(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            position_ids=inputs.position_ids,
-            use_cache=False,
-            **kwargs,
+    def _logprobs(
+        self, model: nn.Module, inputs: ModelInputs, *, with_entropy: bool, entropy_grad: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Logprob (and entropy) [b, T] of the response tokens under `model`, temperature applied."""
+        with self._autocast():
+            logits, start = response_logits(model, inputs, logits_to_keep=self._logits_to_keep)
+        return response_logprobs(
+            logits,
+            start,
+            inputs.responses,
+            temperature=self.settings.temperature,
+            chunk_tokens=self.settings.logprob_chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=entropy_grad,
         )
-        logits = out.logits[:, :-1] if self._logits_to_keep else out.logits[:, p - 1 : p + t - 1]
-        if self.settings.temperature != 1.0:
-            logits = logits / self.settings.temperature
-        return logits
 
     def policy(self, inputs: ModelInputs, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         """Current policy's logprob and entropy over the response, [b, T] each (grad flows)."""
-        with self._autocast():
-            logits = self._response_logits(self.model, inputs)
         grad = bool(getattr(self.algorithm, "entropy_needs_grad", True))
-        return token_logprobs(logits, inputs.responses, with_entropy, entropy_grad=grad)
+        return self._logprobs(self.model, inputs, with_entropy=with_entropy, entropy_grad=grad)
 
     @torch.no_grad()
     def logprobs_of(self, model: nn.Module, batch: Batch) -> Tensor:
@@ -154,9 +168,7 @@ class TrainEngine:
         out = torch.zeros_like(batch.train.action_mask)
         for idx in micro_batches(batch, self.settings.micro_batch_size, self.settings.tokens_per_micro_batch):
             inputs = batch.inputs.select(idx)
-            with self._autocast():
-                logits = self._response_logits(model, inputs)
-            logprob, _ = token_logprobs(logits, inputs.responses, False)
+            logprob, _ = self._logprobs(model, inputs, with_entropy=False)
             out[idx, : inputs.response_width] = logprob
         return out
 
@@ -166,12 +178,18 @@ class TrainEngine:
         out = torch.zeros_like(batch.train.action_mask)
         for idx in micro_batches(batch, self.settings.micro_batch_size, self.settings.tokens_per_micro_batch):
             inputs = batch.inputs.select(idx)
-            with self._autocast():
-                logits = self._response_logits(self.model, inputs)
-            _, entropy = token_logprobs(logits, inputs.responses, True, entropy_grad=False)
+            _, entropy = self._logprobs(self.model, inputs, with_entropy=True)
             assert entropy is not None
             out[idx, : inputs.response_width] = entropy
         return out
+
+    def reference_logprobs(self, batch: Batch) -> Tensor:
+        """The reference model's logprobs [B, T]; with LoRA and no separate reference model, the
+        policy's with its adapter disabled (the frozen base: Trinity's reference under LoRA)."""
+        if self.ref_model is not None:
+            return self.logprobs_of(self.ref_model, batch)
+        with cast(Any, self.model).disable_adapter():
+            return self.logprobs_of(self.model, batch)
 
     @torch.no_grad()
     def values_of(self, batch: Batch) -> Tensor:
@@ -189,12 +207,12 @@ class TrainEngine:
         """Everything computed once per batch before the update; fills the batch in place."""
         train = batch.train
         timings: dict[str, float] = {}
-        start = time.perf_counter()
         was_training = self.model.training
         self.model.eval()
         recompute_all = self.algorithm.recompute_old_logprob  # bypass_old_logprobs false
         if self.algorithm.needs_old_logprob and (recompute_all or bool(batch.needs_logprob.any())):
-            recomputed = self.logprobs_of(self.model, batch) * train.action_mask
+            with self._phase("recompute_logprob", timings):
+                recomputed = self.logprobs_of(self.model, batch) * train.action_mask
             if recompute_all:  # the engine's logprobs stay, as the rollout policy (rows without: ratio 1)
                 train.rollout_logprob = torch.where(
                     batch.needs_logprob.unsqueeze(-1), recomputed, train.old_logprob
@@ -203,26 +221,29 @@ class TrainEngine:
             else:
                 rows = batch.needs_logprob
                 train.old_logprob[rows] = recomputed[rows]
-            timings["time/recompute_logprob"] = time.perf_counter() - start
         if getattr(self.algorithm, "needs_entropy", False):
-            t0 = time.perf_counter()
-            train.entropy = self.entropy_of(batch) * train.action_mask
-            timings["time/entropy"] = time.perf_counter() - t0
-        self.model.train(was_training)
+            with self._phase("entropy", timings):
+                train.entropy = self.entropy_of(batch) * train.action_mask
         if self.algorithm.use_reference:
-            assert self.ref_model is not None
-            t0 = time.perf_counter()
-            train.ref_logprob = self.logprobs_of(self.ref_model, batch)
-            timings["time/ref"] = time.perf_counter() - t0
+            with self._phase("ref", timings):
+                train.ref_logprob = self.reference_logprobs(batch)
+        self.model.train(was_training)
         if self.algorithm.use_critic:
-            t0 = time.perf_counter()
-            train.values = self.values_of(batch)
-            timings["time/values"] = time.perf_counter() - t0
+            with self._phase("values", timings):
+                train.values = self.values_of(batch)
         t0 = time.perf_counter()
         adv_metrics = self.algorithm.compute_advantages(train)  # keeps producer-given advantages
         timings["time/advantage"] = time.perf_counter() - t0
         correction = self.algorithm.correct_batch(train)  # after the advantages, as veRL's trainer
         return {**adv_metrics, **correction, **timings}
+
+    @contextlib.contextmanager
+    def _phase(self, name: str, timings: dict[str, float]) -> Iterator[None]:
+        """Time the block (timings["time/<name>"]) and record its peak memory (self.peaks)."""
+        t0 = time.perf_counter()
+        with self.peaks.phase(name):
+            yield
+        timings[f"time/{name}"] = time.perf_counter() - t0
 
     def _check_abandon(self) -> None:
         # FSDP ranks must run the same collectives, so a distributed step always finishes.
@@ -231,7 +252,14 @@ class TrainEngine:
             raise StepAbandoned(f"step {self.step + 1} abandoned before its optimizer step")
 
     def train_step(self, batch: Batch) -> dict[str, float]:
-        """One optimizer step per ppo epoch over `batch`; returns metrics (loss parts, grad norm, lr...)."""
+        """One optimizer step per ppo epoch over `batch`; returns metrics (loss parts, grad norm, lr,
+        each phase's peak memory and the whole step's, memory/step_peak_mb...)."""
+        with self.peaks.phase("step"):
+            metrics = self._train_step(batch)
+        metrics.update(self.peaks.metrics())
+        return metrics
+
+    def _train_step(self, batch: Batch) -> dict[str, float]:
         start = time.perf_counter()
         batch = Batch(
             batch.inputs.to(self.device), batch.train.to(self.device), batch.needs_logprob.to(self.device)
@@ -253,10 +281,9 @@ class TrainEngine:
             self.optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0}
             if self.algorithm.needs_update_prepass:  # e.g. M2PO's batch-wide mask, current weights
-                t0 = time.perf_counter()
-                prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
+                with self._phase("prepass", metrics):
+                    prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
                 metrics.update({f"actor/{k}": v for k, v in prepass.items()})
-                metrics["time/prepass"] = time.perf_counter() - t0
             chunks = self._chunks(batch, active)
             if self.dist is not None:
                 mine = deal_micro_batches(chunks, self.dist.rank, world)
@@ -266,27 +293,12 @@ class TrainEngine:
                 if _epoch == 0:  # once an optimizer step ran, the step is finished, not abandoned
                     self._check_abandon()
                 share = len(idx) / n if real else 0.0  # a dummy keeps the ranks' collectives in step
-                mb = batch.select(idx)
-                logprob, entropy = self.policy(mb.inputs)
-                values = self.critic(mb.inputs) if self.critic is not None else None
-                # FSDP averages gradients over ranks; `world` turns that average back into the sum.
-                loss, parts = self.algorithm.compute_loss(
-                    mb.train, logprob, entropy, values, loss_scale=share * world
-                )
-                loss.backward()
-                sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world
-                for key, value in parts.items():
-                    sums[key] = sums.get(key, 0.0) + float(value) * share
-                if entropy is not None:
-                    mask = mb.train.action_mask
-                    mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
-                    sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
+                self._micro_step(batch.select(idx), share, world, sums)
             if warming_up:  # veRL's critic warm-up: the policy's gradients are dropped, it does not move
                 for p in self.model.parameters():
                     p.grad = None
-            t_optimizer = time.perf_counter()
-            grad_norm = self._clip_and_step()
-            metrics["time/optimizer"] = time.perf_counter() - t_optimizer
+            with self._phase("optimizer", metrics):
+                grad_norm = self._clip_and_step()
         if self.dist is not None:
             sums = all_reduce_sums(sums, self.device)
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the lr this step used
@@ -298,6 +310,26 @@ class TrainEngine:
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(batch_metrics(batch))
         return metrics
+
+    def _micro_step(self, mb: Batch, share: float, world: int, sums: dict[str, float]) -> None:
+        """Forward, loss and backward of one micro-batch, its gradients added to the parameters' .grad;
+        its loss parts added to `sums`, weighted by its share of the batch's rows."""
+        with self.peaks.phase("forward"):
+            logprob, entropy = self.policy(mb.inputs)
+            values = self.critic(mb.inputs) if self.critic is not None else None
+            # FSDP averages gradients over ranks; `world` turns that average back into the sum.
+            loss, parts = self.algorithm.compute_loss(
+                mb.train, logprob, entropy, values, loss_scale=share * world
+            )
+        with self.peaks.phase("backward"):
+            loss.backward()
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world
+        for key, value in parts.items():
+            sums[key] = sums.get(key, 0.0) + float(value) * share
+        if entropy is not None:
+            mask = mb.train.action_mask
+            mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+            sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
 
     def _rows_to_train(self, batch: Batch) -> Tensor:
         """Indices of the rows the update passes over: all of them, or, when the algorithm says a
@@ -342,11 +374,7 @@ class TrainEngine:
             if is_lora(self.model):
                 return merged_state_dict(self.model)
             return {k: v.detach() for k, v in self.model.state_dict().items()}
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        # full_state_dict=True gives plain tensors (ValueType also admits DTensor and nested dicts)
-        return cast("dict[str, Tensor]", get_model_state_dict(self.model, options=options))
+        return full_model_state(self.model)
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler, critic and step (the model's weights are saved separately, HF format).
@@ -360,17 +388,7 @@ class TrainEngine:
             if self.critic is not None:
                 state["critic"] = self.critic.state_dict()
             return state
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state["optimizer"] = get_optimizer_state_dict(self._trainables, self.optimizer, options=options)
-        if self.critic is not None:
-            state["critic"] = get_model_state_dict(self.critic, options=options)
-        return state
+        return {**state, **gather_training_state(self._trainables, self.optimizer, self.critic)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Every rank passes the full state it read from the checkpoint."""
@@ -381,13 +399,4 @@ class TrainEngine:
             if self.critic is not None and "critic" in state:
                 self.critic.load_state_dict(state["critic"])
             return
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True)
-        if self.critic is not None and "critic" in state:
-            set_model_state_dict(self.critic, state["critic"], options=options)
-        set_optimizer_state_dict(self._trainables, self.optimizer, state["optimizer"], options=options)
+        scatter_training_state(self._trainables, self.optimizer, self.critic, state)

@@ -8,8 +8,8 @@ Every weight publication and the checkpoint's model/ directory carry the merged 
 under the base model's own parameter names, computed layer by layer from the live tensors without
 touching the trained module (peft's merge_adapter would rewrite W in place): explorers, vLLM and a
 later stage's `model_path` see a plain model and never know LoRA is on. The reference model for KL
-stays the base model (build.py loads it from model.model_path), which is Trinity's "adapter
-disabled". The adapter itself is saved beside model/ as `lora_adapter/` (peft's save_pretrained:
+is the base model: the policy itself with its adapter disabled (`reference_logprobs` in engine.py;
+no second copy of the base is loaded), which is Trinity's "adapter disabled". The adapter itself is saved beside model/ as `lora_adapter/` (peft's save_pretrained:
 adapter_config.json + adapter_model.safetensors), as Trinity does; a resume loads it from there.
 
 peft is imported only when LoRA is on: `pip install 'trinity-grpc[lora]'`.

@@ -1,37 +1,15 @@
-"""Model-side pieces of the training step: per-token logprobs and entropy from logits, the critic
-(a causal LM's backbone plus a value head), and the data facts reported per step.
+"""Model-side pieces of the training step: the critic (a causal LM's backbone plus a value head), the
+data facts reported per step, and what a model's forward accepts. Logprobs and entropy from logits:
+logprobs.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from services.trainer.batching import Batch, ModelInputs
-
-
-def token_logprobs(
-    logits: Tensor, tokens: Tensor, with_entropy: bool, *, entropy_grad: bool = True
-) -> tuple[Tensor, Tensor | None]:
-    """Per-token log p(token) and entropy of the distribution, both [b, T] float32.
-
-    logits [b, T, V] (any dtype; reduced in float32), tokens [b, T] long.
-    log p = logit[token] - logsumexp(logits); entropy = logsumexp - sum softmax * logits.
-    entropy_grad=False: the entropy is a metric only, computed outside autograd (no [b, T, V]
-    softmax kept for the backward pass).
-    """
-    logits = logits.float()
-    lse = torch.logsumexp(logits, dim=-1)
-    logprob = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
-    if not with_entropy:
-        return logprob, None
-    if not entropy_grad:
-        with torch.no_grad():
-            return logprob, lse.detach() - (torch.softmax(logits.detach(), dim=-1) * logits.detach()).sum(-1)
-    entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return logprob, entropy
 
 
 class ValueModel(nn.Module):
@@ -55,6 +33,17 @@ class ValueModel(nn.Module):
         p, t = inputs.prompt_width, inputs.response_width
         hidden = out.last_hidden_state[:, p - 1 : p + t - 1]
         return self.value_head(hidden.float()).squeeze(-1)
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Activation checkpointing on a transformers model (a peft wrapper passes it on): each layer's
+    activations are recomputed in the backward pass instead of kept from the forward."""
+    hf: Any = model
+    # transformers 5 renamed it (the old name warns); older versions only have the old one.
+    if hasattr(hf, "activation_checkpointing_enable"):
+        hf.activation_checkpointing_enable({"use_reentrant": False})
+    else:
+        hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def batch_metrics(batch: Batch) -> dict[str, float]:

@@ -256,7 +256,9 @@ class TrainerLoop:
             metrics["time/ack"] = time.perf_counter() - t1
             self._advance_cursor(got, metrics)
             t2 = time.perf_counter()
-            published = await self.sink.end_step(step, self.engine)
+            with self.engine.peaks.phase("publish"):
+                published = await self.sink.end_step(step, self.engine)
+            metrics.update(self.engine.peaks.metrics())
             if published:
                 self.status.model_version = step
             metrics["time/publish"] = time.perf_counter() - t2
@@ -325,6 +327,11 @@ class TrainerLoop:
             lr=metrics["actor/lr"],
             staleness=metrics["staleness/mean"],
             rows=len(got.experiences),
+            peak_mb={
+                k.removeprefix("memory/").removesuffix("_peak_mb"): v
+                for k, v in metrics.items()
+                if k.startswith("memory/") and k.endswith("_peak_mb")
+            },
         )
         record: dict[str, Any] = {
             "step": step,

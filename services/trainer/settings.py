@@ -29,6 +29,7 @@ class EngineSettings:
     min_lr_ratio: float = 0.0
     total_steps: int | None = None
     gradient_checkpointing: bool = False
+    logprob_chunk_size: int | None = 256  # positions per block of the logprob/entropy computation
     bf16: bool = True
     temperature: float = 1.0  # logits are divided by the rollout temperature, as the sampler did
 
@@ -69,6 +70,7 @@ class EngineSettings:
             min_lr_ratio=opt.min_lr_ratio,
             total_steps=total,
             gradient_checkpointing=cfg.trainer.effective_gradient_checkpointing,
+            logprob_chunk_size=cfg.trainer.logprob_chunk_size,
             bf16=cfg.trainer.bf16,
             temperature=temperature,
         )

@@ -107,12 +107,14 @@ class AlgorithmConfig(Section):
     kl_penalty_fn: str | None = None
     """KL applied as a reward penalty: none, k1, k2, k3, low_var_kl, abs, corrected_k3 (= k3 here)."""
     kl_penalty_fn_args: dict[str, Any] | None = None
-    """Arguments of the KL penalty (kl_coef, adaptive, target_kl, horizon)."""
+    """Arguments of the KL penalty (kl_coef, adaptive, target_kl, horizon). kl_coef 0 means no
+    penalty: no reference model is loaded and no kl metric reported."""
     kl_loss_fn: str | None = None
     """KL added to the loss: none, k1, k2, k3, low_var_kl, abs, corrected_k3 (k3 times the importance
     ratio to the behaviour policy, clamped to [0, 2])."""
     kl_loss_fn_args: dict[str, Any] | None = None
-    """Arguments of the KL loss (kl_coef)."""
+    """Arguments of the KL loss (kl_coef). kl_coef 0 means no KL loss: no reference model is loaded
+    and no kl_loss metric reported."""
     entropy_loss_fn: str | None = None
     """default or none."""
     entropy_loss_fn_args: dict[str, Any] | None = None

@@ -55,7 +55,15 @@ class TrainerConfig(Section):
     ppo_epochs: int = Field(1, ge=1)
     """Passes over each batch."""
     gradient_checkpointing: bool = False
-    """Trade compute for memory."""
+    """Activation checkpointing of the policy (and the critic): each layer's activations are
+    recomputed in the backward pass instead of kept, trading compute for memory."""
+    logprob_chunk_size: int | None = Field(256, ge=1)
+    """Response positions whose log-probabilities and entropy are computed from the logits at a time:
+    a micro-batch then keeps one [tokens, vocabulary] logits tensor and its gradient instead of several
+    float32 copies (softmax, gradients of each op), and each block adds a few [chunk, vocabulary]
+    temporaries. The same numbers either way; null: the whole micro-batch at once with plain torch
+    ops (more memory). veRL's entropy_from_logits_with_chunking and entropy_checkpointing are the
+    same idea."""
     bf16: bool = True
     """bf16 autocast on GPU (ignored on CPU)."""
     max_checkpoints_to_keep: int = Field(3, ge=1)

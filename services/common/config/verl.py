@@ -68,6 +68,16 @@ RULES: tuple[VerlRule, ...] = (
         "the backend of veRL's fused kernels (use_fused_kernels): a kernel choice; the same maths",
     ),
     VerlRule(
+        "actor_rollout_ref.*.entropy_from_logits_with_chunking",
+        "no effect",
+        "logprobs and entropy are computed in blocks of trainer.logprob_chunk_size positions (the default)",
+    ),
+    VerlRule(
+        "actor_rollout_ref.*.entropy_checkpointing",
+        "no effect",
+        "the chunked logprob/entropy keeps only the logits and recomputes each block in the backward pass",
+    ),
+    VerlRule(
         "actor_rollout_ref.hybrid_engine", "no effect", "trainer and explorer are separate services here"
     ),
     VerlRule(

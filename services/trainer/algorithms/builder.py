@@ -128,7 +128,10 @@ class CompositeAlgorithm(Algorithm):
                 "advantage_fn 'ppo' (GAE) needs a critic; set algorithm.use_critic true",
                 field="algorithm.use_critic",
             )
-        self.use_reference = self.kl_penalty.active or self.kl_loss.active or cfg.policy_loss_fn == "dpo"
+        # the reference model is loaded only for a KL term with a nonzero coefficient, or a loss
+        # reading ref_logprob itself (DPO)
+        loss_reads_ref = "ref_logprob" in getattr(self.policy_loss_fn, "batch_tensors", ())
+        self.use_reference = self.kl_penalty.active or self.kl_loss.active or loss_reads_ref
         self.needs_old_logprob = cfg.policy_loss_fn not in _NO_OLD_LOGPROB
         # the engine fills batch.entropy (current model, before the update) for these advantage fns
         self.needs_entropy = cfg.advantage_fn in ("clipb",)

@@ -85,7 +85,9 @@ class KLTerm:
 
     @property
     def active(self) -> bool:
-        return self.name != "none"
+        """A KL term that changes something: an estimator and a nonzero coefficient (kl_coef 0 stays 0
+        under the adaptive controller too), so a KL of 0 * kl needs no reference model."""
+        return self.name != "none" and self.kl_coef != 0.0
 
     def update_coef(self, current_kl: float, batch_size: int) -> None:
         """Adaptive controller step (no-op when fixed)."""

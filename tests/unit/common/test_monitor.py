@@ -9,7 +9,7 @@ import sys
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from services.common.monitor import TensorBoardMonitor, every
+from services.common.monitor import TensorBoardMonitor, every, peak_rss_mb, reset_peak_rss
 
 
 def scalars(log_dir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
@@ -53,3 +53,17 @@ async def test_every_samples_until_cancelled_and_skips_failed_collections(tmp_pa
     monitor.close()
     values = [v for _, v in scalars(tmp_path / "tb", "buffer/q/depth")]
     assert values[:3] == [1.0, 3.0, 4.0]
+
+
+def test_the_peak_since_start_survives_a_reset_of_the_kernels_count() -> None:
+    import resource
+
+    import numpy as np
+
+    block = np.ones(128 * 1024 * 1024 // 8)  # 128 MiB resident
+    del block
+    before = peak_rss_mb()
+    reset_peak_rss()
+    kernel_now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    assert kernel_now < before - 100  # the kernel's count restarted from the current resident set
+    assert peak_rss_mb() >= before  # ours did not

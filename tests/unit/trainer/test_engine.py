@@ -9,7 +9,7 @@ import torch
 
 from services.trainer.batching import build_batch
 from services.trainer.engine import TrainEngine
-from services.trainer.modeling import token_logprobs
+from services.trainer.logprobs import token_logprobs
 from services.trainer.settings import EngineSettings, lr_factor
 from tests.fakes.trainer import NllAlgorithm, experience, tiny_model
 
@@ -19,14 +19,6 @@ PAD = 0
 def _batch(n: int = 4, equal: bool = False):
     exps = [experience("1+2=", "3" if equal else "3" * (1 + i % 3), task_id=f"t{i}") for i in range(n)]
     return build_batch(exps, pad_token_id=PAD)
-
-
-def test_token_logprobs_by_hand() -> None:
-    # logits [0, ln 3] -> p = [1/4, 3/4]; token 1: log(3/4); entropy -(1/4 ln 1/4 + 3/4 ln 3/4) ≈ 0.5623.
-    logits = torch.tensor([[[0.0, math.log(3.0)]]])
-    logprob, entropy = token_logprobs(logits, torch.tensor([[1]]), with_entropy=True)
-    assert logprob.item() == pytest.approx(math.log(0.75))
-    assert entropy.item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
 
 
 def test_padded_logprobs_equal_unpadded_forward() -> None:

@@ -156,6 +156,25 @@ def test_a_step_trains_only_the_adapter_and_publishes_w_plus_scaled_ba(tmp_path:
     torch.testing.assert_close(engine.logprobs_of(engine.model, batch()), engine.logprobs_of(plain, batch()))
 
 
+def test_with_lora_the_reference_is_the_policy_with_its_adapter_disabled(tmp_path: pathlib.Path) -> None:
+    cfg = validate_config(
+        {
+            "checkpoint_root_dir": str(tmp_path),
+            "algorithm": {"algorithm_type": "grpo", "optimizer": {"lr": 3e-2}},  # k2 KL loss: a reference
+            "model": {"lora_configs": [LORA]},
+        }
+    )
+    engine = build_engine(cfg, device="cpu").engine
+    assert engine.algorithm.use_reference and engine.ref_model is None  # no second copy of the base
+    rows = [experience("1+1=", a, task_id=f"t{i // 2}", reward=float(i % 2)) for i, a in enumerate("2323")]
+    metrics = engine.train_step(build_batch(rows, pad_token_id=0))
+    assert "memory/ref_peak_mb" in metrics
+    base = build_builtin("builtin:tiny-arith", seed=42)  # model.seed 42: the base's weights
+    torch.testing.assert_close(engine.reference_logprobs(batch()), engine.logprobs_of(base, batch()))
+    policy = engine.logprobs_of(engine.model, batch())  # the adapter is back on afterwards: trained
+    assert not torch.allclose(policy, engine.logprobs_of(base, batch()), atol=1e-4)
+
+
 async def test_publication_sends_the_merged_weights_under_base_names(tmp_path: pathlib.Path) -> None:
     engine = build_engine(lora_cfg(tmp_path), device="cpu").engine
     engine.train_step(batch())

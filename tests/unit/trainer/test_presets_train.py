@@ -143,3 +143,18 @@ def test_the_trainer_takes_the_sampling_temperature_the_loader_resolved() -> Non
     assert EngineSettings.from_config(validate_config(tree)).temperature == 0.6  # model's, via the taskset
     tree["buffer"]["explorer_input"]["taskset"]["rollout_args"] = {"temperature": 0.9}
     assert EngineSettings.from_config(validate_config(tree)).temperature == 0.9  # the taskset's own wins
+
+
+@pytest.mark.parametrize(
+    "kl", [{"kl_loss_fn": "none"}, {"kl_loss_fn_args": {"kl_coef": 0.0}}], ids=["no-kl", "kl-coef-0"]
+)
+def test_no_reference_model_without_a_kl_term_that_counts(kl: dict, tmp_path: pathlib.Path) -> None:
+    cfg = TrinityConfig.model_validate(
+        {"checkpoint_root_dir": str(tmp_path), "algorithm": {"algorithm_type": "grpo", **kl}}
+    )
+    engine = build_engine(cfg, device="cpu").engine
+    assert engine.ref_model is None
+    rows, _ = _rows("grpo")
+    metrics = engine.train_step(build_batch(rows, pad_token_id=0))
+    assert "memory/ref_peak_mb" not in metrics and "actor/kl_loss" not in metrics
+    assert math.isfinite(metrics["actor/pg_loss"])

@@ -37,6 +37,8 @@ async def test_trains_acks_after_each_step_and_checkpoints(tmp_path: pathlib.Pat
     losses = [json.loads(x)["metrics"]["actor/loss"] for x in lines]
     assert losses[-1] < losses[0]
     assert rows_of(lines)[:4] == ["0/t0-0/0", "0/t0-1/0", "0/t0-2/0", "0/t0-3/0"]
+    metrics = json.loads(lines[0])["metrics"]  # peak memory of the step, its phases and the publish
+    assert {"memory/step_peak_mb", "memory/forward_peak_mb", "memory/publish_peak_mb"} <= set(metrics)
 
 
 async def test_resume_behind_the_newest_published_version_numbers_steps_after_it(tmp_path) -> None:

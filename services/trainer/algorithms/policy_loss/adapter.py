@@ -97,6 +97,7 @@ def batch_loss(
     loss.__doc__ = f"Policy loss `{name}`: {tensor_fn.__name__} over the batch's {', '.join(leading[1:])}."
     loss.__signature__ = signature  # type: ignore[attr-defined]
     loss.tensor_fn = tensor_fn  # type: ignore[attr-defined]
+    loss.batch_tensors = tuple(leading[1:])  # type: ignore[attr-defined]
     loss.extra_args = tuple(extra_args)  # type: ignore[attr-defined]
     if prepass is not None:
         loss.prepass = prepass  # type: ignore[attr-defined]

@@ -221,7 +221,14 @@ def test_data_selector_and_lr_scheduler_type_are_trinity_spellings() -> None:
 def test_verl_trainer_config_leaves_map_or_are_rejected() -> None:
     verl = {
         "actor_rollout_ref": {
-            "actor": {"ppo_micro_batch_size_per_gpu": 2, "checkpoint": {"save_contents": ["model"]}},
+            "actor": {
+                "ppo_micro_batch_size_per_gpu": 2,
+                "checkpoint": {"save_contents": ["model"]},
+                # the config guide's veRL block: memory knobs of what trainer.logprob_chunk_size does
+                "entropy_from_logits_with_chunking": True,
+                "entropy_checkpointing": True,
+            },
+            "ref": {"entropy_from_logits_with_chunking": False},
             "model": {"enable_gradient_checkpointing": True, "use_remove_padding": True},
         },
         "trainer": {"max_actor_ckpt_to_keep": 5, "max_critic_ckpt_to_keep": 5, "balance_batch": False},

@@ -12,6 +12,7 @@ from services.algorithms.advantage.base import AdvantageOutput
 from services.common.config.algorithm import AlgorithmConfig
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms import build_algorithm
+from services.trainer.algorithms.policy_loss.adapter import batch_loss
 from tests.conftest import REPO
 from tests.fakes.tensors import close, make_batch, t
 
@@ -48,6 +49,14 @@ def user_advantage(batch, *, scale: float = 1.0) -> AdvantageOutput:
     """A user part loaded by dotted path: advantage = scale * reward on every token."""
     adv = scale * batch.rewards.unsqueeze(-1) * batch.action_mask
     return AdvantageOutput(adv, adv, {"user/called": 1.0})
+
+
+def anchored_tensor_loss(logprob, ref_logprob, action_mask):
+    """A user policy loss (dotted path) that reads the reference logprobs: squared drift from them."""
+    return ((logprob - ref_logprob) ** 2 * action_mask).sum(), {}
+
+
+anchored_loss = batch_loss(anchored_tensor_loss, name="anchored")
 
 
 # ---- presets -----------------------------------------------------------------------------------
@@ -120,6 +129,30 @@ def test_flags_follow_the_parts():
     grpo_no_kl = build_algorithm(AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="none"))
     assert not grpo_no_kl.use_reference  # no KL anywhere -> no reference forward pass
     assert build_algorithm(AlgorithmConfig(algorithm_type="grpo")).sample_strategy.name == "default"
+
+
+def test_a_kl_term_with_coefficient_zero_needs_no_reference_model():
+    # Trinity's rec_gsm8k and mix_chord examples set kl_coef 0.0 beside a KL loss: 0 * kl adds nothing.
+    zero_loss = AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="k2", kl_loss_fn_args={"kl_coef": 0.0})
+    algo = build_algorithm(zero_loss)
+    assert not algo.use_reference and algo.zero_advantage_is_inert
+    zero_penalty = AlgorithmConfig(
+        algorithm_type="reinforceplusplus",
+        kl_loss_fn="none",
+        kl_penalty_fn="k1",
+        kl_penalty_fn_args={"kl_coef": 0.0, "adaptive": True, "target_kl": 0.1, "horizon": 100},
+    )
+    assert not build_algorithm(zero_penalty).use_reference  # adaptive from 0 stays 0
+    penalty = AlgorithmConfig(algorithm_type="reinforceplusplus", kl_loss_fn="none", kl_penalty_fn="k1")
+    assert build_algorithm(penalty).use_reference  # the default kl_coef 0.001
+
+
+def test_a_policy_loss_reading_ref_logprob_gets_a_reference_model():
+    cfg = AlgorithmConfig(
+        algorithm_type="sft", policy_loss_fn="tests.unit.trainer.algorithms.test_builder:anchored_loss"
+    )
+    assert build_algorithm(cfg).use_reference
+    assert not build_algorithm(AlgorithmConfig(algorithm_type="sft")).use_reference
 
 
 # ---- registry errors -----------------------------------------------------------------------------
