@@ -160,7 +160,7 @@ def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
     """--set items of explorer replica `index` (2, 3, ...): its own member name, port and metrics
     port (when metrics are on); it scores no eval tasksets (the first explorer does, once per eval
     step)."""
-    items = (
+    items: tuple[str, ...] = (
         f"explorer.name={cfg.explorer.name}-{index}",
         f"services.explorer.port={free_port()}",
         "explorer.eval_on_startup=false",
