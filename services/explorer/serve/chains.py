@@ -6,7 +6,8 @@ version, and two texts: the conversation rendered by the chat template (`context
 reply as a template writes it back (`reply_text`, special tokens included).
 
 A request *extends* turn T when its rendered conversation starts with T's conversation followed by
-T's reply (with or without the reply's final end-of-sequence token: some templates drop it). The
+T's reply: with its special tokens, without its final end-of-sequence token (some templates drop
+it), or as the agent got it (special tokens sampled inside the reply are not in its text). The
 engine is then given T's ids, T's sampled ids and only the new text (tool results, the next user
 message, the generation prompt) tokenized: what was sampled is never re-tokenized. A request that
 extends no turn of its session starts a new chain: the agent rewrote its history (edited or dropped
@@ -75,7 +76,7 @@ def link(turns: list[Turn], context_text: str) -> Link:
         if not context_text.startswith(turn.context_text):
             continue
         rest = context_text[len(turn.context_text) :]
-        for reply in (turn.reply_text, turn.reply_open_text):
+        for reply in (turn.reply_text, turn.reply_open_text, turn.response_text):
             if reply is None or not rest.startswith(reply):
                 continue
             matched = len(turn.context_text) + len(reply)

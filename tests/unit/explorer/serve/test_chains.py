@@ -122,3 +122,11 @@ def test_branches_are_leaves_and_each_takes_the_latest_reward_on_its_path() -> N
     assert reward_of(chain(b, by_id), {}, 0.25) == 0.25  # the session's reward otherwise
     exps, unrewarded = session_experiences([A, b, c], {"c": 1.0}, None)
     assert [e.reward for e in exps] == [1.0] and unrewarded == 1  # b's chain has no reward: dropped
+
+
+def test_a_reply_echoed_without_the_special_tokens_sampled_inside_it_still_extends_its_turn() -> None:
+    # the engine sampled "a", <bos> (id 1), "b": the agent got "ab" and sends "ab" back
+    odd = turn("o/0", [10], [20, 1, 21], [-1.0, -1.0, -1.0], context="Q", reply="a<bos>b")
+    odd.response_text = "ab"
+    found = link([odd], "QabR")
+    assert found.parent is odd and found.new_text == "R"  # the engine continues from its own ids
