@@ -23,7 +23,13 @@ def test_the_node_agent_trains_through_the_proxy(tmp_path: pathlib.Path) -> None
         tmp_path,
         serve_config(
             tmp_path,
-            model={"model_path": "builtin:tiny-arith", "max_prompt_tokens": 200, "max_response_tokens": 8},
+            # the agent samples training episodes at 0.7: the trainer takes logprobs at that temperature
+            model={
+                "model_path": "builtin:tiny-arith",
+                "max_prompt_tokens": 200,
+                "max_response_tokens": 8,
+                "temperature": 0.7,
+            },
         ),
     )
     try:

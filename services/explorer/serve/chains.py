@@ -54,6 +54,8 @@ class Turn:
     """The reply without special tokens (what the agent got)."""
     finish_reason: str = "stop"
     messages: list[dict[str, Any]] = field(default_factory=list)
+    sampling: tuple[float, float, int] = (1.0, 1.0, 0)
+    """(temperature, top_p, top_k) it was sampled with: its logprobs are under that distribution."""
 
     @property
     def length(self) -> int:

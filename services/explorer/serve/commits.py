@@ -34,6 +34,7 @@ class Commits:
         group_size: int,
         ttl_s: float,
         chunk: int,
+        trained: tuple[float, float, int] = (1.0, 1.0, 0),
     ) -> None:
         self.history = history
         self.buffer = buffer
@@ -42,6 +43,7 @@ class Commits:
         self.group_size = group_size
         self.ttl_s = ttl_s
         self.chunk = max(1, chunk)
+        self.trained = trained  # (temperature, top_p, top_k) the trainer takes logprobs under
         self._write_lock = asyncio.Lock()
 
     async def feedback(self, body: Any) -> dict[str, Any]:
@@ -49,7 +51,7 @@ class Commits:
 
     async def commit(self, body: Any) -> dict[str, Any]:
         request = F.parse_commit(body)
-        reply, keys = await self.history.run(F.commit, request, self.group_size, time.time())
+        reply, keys = await self.history.run(F.commit, request, self.group_size, time.time(), self.trained)
         written = await self.write_groups(keys)
         for item in reply["committed"]:
             key = item["group"]

@@ -206,6 +206,7 @@ class ServeCore:
             response_text=self._decode(response, special=False),
             finish_reason=out.finish_reason,
             messages=request.messages,
+            sampling=(request.temperature, request.top_p, request.top_k),
         )
 
     def _choice(self, turn: Turn, request: CompletionRequest) -> Choice:

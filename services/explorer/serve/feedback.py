@@ -195,11 +195,36 @@ def _summary(row: Any) -> dict[str, Any]:
     }
 
 
+def logprob_sampling(temperature: float, top_p: float, top_k: int) -> tuple[float, float, int]:
+    """The distribution logprobs are taken under: greedy (temperature 0) reports untempered ones."""
+    return (temperature if temperature > 0 else 1.0, top_p, max(top_k, 0))
+
+
+def _check_sampling(sid: str, turns: list[Any], trained: tuple[float, float, int]) -> None:
+    for turn in turns:
+        got = logprob_sampling(*turn.sampling)
+        if got != trained:
+            raise ApiError(
+                409,
+                f"session {sid!r} was sampled with (temperature, top_p, top_k) = {got} but the trainer takes "
+                f"logprobs under {trained} (model.temperature, model.top_p, model.top_k): its importance ratios "
+                "would be wrong. Sample training sessions with those settings (the proxy's defaults), or set them "
+                "in model:",
+                param="temperature",
+                code="sampling_mismatch",
+            )
+
+
 def commit(
-    conn: sa.Connection, req: CommitRequest, group_size: int, now: float
+    conn: sa.Connection,
+    req: CommitRequest,
+    group_size: int,
+    now: float,
+    trained: tuple[float, float, int] = (1.0, 1.0, 0),
 ) -> tuple[dict[str, Any], list[str]]:
     """Commit the sessions asked for (all rewarded open ones when none is named); returns the
-    response body and the keys of the groups now complete (to write to the buffer)."""
+    response body and the keys of the groups now complete (to write to the buffer). `trained`: the
+    (temperature, top_p, top_k) the trainer computes logprobs under; every turn must match it."""
     if req.session_ids is None:
         rewarded = sa.select(H.REWARDS.c.session_id)
         ids = [
@@ -221,6 +246,7 @@ def commit(
         if row.state == "committed":
             continue
         turns = H.load_turns(conn, row.session_id)
+        _check_sampling(row.session_id, turns, trained)
         exps, unrewarded = session_experiences(turns, _rewards(conn, row.session_id), row.reward)
         if not exps:
             raise ApiError(

@@ -57,6 +57,9 @@ TURNS = sa.Table(
     sa.Column("response_text", sa.Text, nullable=False),
     sa.Column("finish_reason", sa.String, nullable=False),
     sa.Column("messages", sa.Text, nullable=False),
+    sa.Column("temperature", sa.Float, nullable=False),
+    sa.Column("top_p", sa.Float, nullable=False),
+    sa.Column("top_k", sa.Integer, nullable=False),
 )
 REWARDS = sa.Table(
     "response_rewards",
@@ -103,6 +106,9 @@ def turn_row(turn: Turn) -> dict[str, Any]:
         "response_text": turn.response_text,
         "finish_reason": turn.finish_reason,
         "messages": json.dumps(turn.messages),
+        "temperature": turn.sampling[0],
+        "top_p": turn.sampling[1],
+        "top_k": turn.sampling[2],
     }
 
 
@@ -122,6 +128,7 @@ def turn_of(row: Any) -> Turn:
         response_text=row.response_text,
         finish_reason=row.finish_reason,
         messages=json.loads(row.messages),
+        sampling=(row.temperature, row.top_p, row.top_k),
     )
 
 

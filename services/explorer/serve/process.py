@@ -66,6 +66,17 @@ def limits_of(cfg: TrinityConfig) -> Limits:
     )
 
 
+def trained_sampling(cfg: TrinityConfig) -> tuple[float, float, int]:
+    """(temperature, top_p, top_k) the trainer computes logprobs under (services/trainer/settings.py:
+    model.temperature, 1.0 when unset or 0) — what a committed session must have been sampled with."""
+    from services.explorer.serve.feedback import logprob_sampling
+
+    model = cfg.model
+    return logprob_sampling(
+        model.temperature or 1.0, 1.0 if model.top_p is None else model.top_p, model.top_k or 0
+    )
+
+
 def proxy_url(cfg: TrinityConfig, port: int) -> str:
     host = cfg.explorer.listen_address
     host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
@@ -119,6 +130,7 @@ async def serve_proxy(cfg: TrinityConfig, stop: asyncio.Future[Any]) -> None:
                 group_size=cfg.algorithm.repeat_times,
                 ttl_s=ex.serve.session_ttl_s,
                 chunk=cfg.buffer.max_batch_items,
+                trained=trained_sampling(cfg),
             )
             await commits.flush()
             core = ServeCore(

@@ -125,3 +125,23 @@ def test_idle_sessions_expire_and_a_waiting_group_is_written_short(history: Hist
     assert error(feedback, history, {"session_id": "idle", "reward": 1.0}).status == 410
     counters = history.call(F.stats)["counters"]
     assert counters["sessions_expired"] == 1 and counters["partial_groups"] == 1
+
+
+def test_a_session_sampled_unlike_the_trainer_s_logprobs_is_refused_at_commit(history: History) -> None:
+    hot = one_turn("r1", "s1", [7, 8])
+    hot.sampling = (0.7, 1.0, 0)
+    history.call(record_turns, "s1", [hot], False, 100.0)
+    feedback(history, {"session_id": "s1", "reward": 1.0})
+    mismatch = error(history.call, F.commit, F.CommitRequest(["s1"], None), 1, 101.0, (1.0, 1.0, 0))
+    assert (
+        mismatch.status == 409
+        and mismatch.code == "sampling_mismatch"
+        and "model.temperature" in mismatch.message
+    )
+    _, keys = history.call(F.commit, F.CommitRequest(["s1"], None), 1, 102.0, (0.7, 1.0, 0))
+    assert keys == ["s1#0"]  # a trainer at temperature 0.7 takes it
+    greedy = one_turn("r2", "s2", [7])
+    greedy.sampling = (0.0, 1.0, 0)  # greedy replies carry untempered logprobs: a temperature-1 trainer's
+    history.call(record_turns, "s2", [greedy], False, 100.0)
+    feedback(history, {"session_id": "s2", "reward": 1.0})
+    assert history.call(F.commit, F.CommitRequest(["s2"], None), 1, 103.0, (1.0, 1.0, 0))[1] == ["s2#0"]
