@@ -9,7 +9,8 @@
 // accuracy is measured through the same endpoint, greedy, and is never committed.
 //
 // Usage: node agent.js --url URL --data DIR [--token T] [--steps 20] [--batch 8] [--group 8]
-//        [--heldout 64] [--eval-every 5] [--max-tokens 64] [--seed 0] [--out FILE]
+//        [--heldout 64] [--eval-every 5] [--max-tokens 64] [--temperature 0.7] [--seed 0] [--out FILE]
+//        [--eval-step N] (only one evaluation, recorded as step N)
 // Prints one JSON line per step and per evaluation; --out appends the evaluations as eval records
 // ({"time", "step", "model_version", "scores"}) for summary.json and `trinity plot`.
 'use strict';
@@ -21,7 +22,7 @@ const FOLLOW_UP = 'Check your work. Reply with the final answer as a LaTeX \\box
 
 function options(argv) {
   const opts = {
-    steps: 20, batch: 8, group: 8, heldout: 64, evalEvery: 5, maxTokens: 64, seed: 0, temperature: 0.7,
+    steps: 20, batch: 8, group: 8, heldout: 64, evalEvery: 5, maxTokens: 64, seed: 0, temperature: 0.7, evalStep: -1,
   };
   for (let i = 2; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
@@ -117,7 +118,7 @@ class Agent {
     );
     const strict = finals.filter((f) => f.reward === 1.0).length / rows.length;
     const record = {
-      time: started / 1000,
+      time: Date.now() / 1000, // when it ended; eval_s says how long it took
       explorer: 'node-agent',
       mode: 'serve',
       step,
@@ -139,6 +140,7 @@ async function main() {
   const train = shuffled(readRows(path.join(opts.data, 'train.jsonl')), opts.seed);
   const heldout = readRows(path.join(opts.data, 'heldout.jsonl')).slice(0, opts.heldout);
   const agent = new Agent(opts);
+  if (opts.evalStep >= 0) return agent.evaluate(opts.evalStep, heldout); // one evaluation, labelled so
   await agent.evaluate(0, heldout);
   for (let step = 1; step <= opts.steps; step++) {
     const start = ((step - 1) * opts.batch) % train.length;
