@@ -147,8 +147,11 @@ class Stack:
         import openai
 
         if self.ca:
-            kwargs.setdefault("http_client", openai.DefaultHttpxClient(verify=self.ca))
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.token or "EMPTY", **kwargs)
+            kwargs.setdefault(
+                "http_client", openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=self.ca))
+            )
+        kwargs.setdefault("api_key", self.token or "EMPTY")
+        return openai.OpenAI(base_url=f"{self.url}/v1", **kwargs)
 
     def read(self, count: int, wait: float = 20.0) -> list[Experience]:
         """Lease and ack up to `count` rows of the experience buffer (what a trainer would read)."""

@@ -5,6 +5,7 @@ groups, every bad request is refused with OpenAI's JSON error and changes nothin
 
 from __future__ import annotations
 
+import pathlib
 import signal
 from collections.abc import Iterator
 
@@ -274,3 +275,43 @@ def test_sigkill_after_an_acknowledged_commit_loses_nothing(stack: Stack) -> Non
     rows = stack.read(4, wait=5)
     assert sorted((r.info["session_id"], r.reward) for r in rows) == [("kill-1", 1.0), ("kill-2", 0.0)]
     assert rows[0].tokens[: rows[0].prompt_length].tolist() in (ids("4+4="), ids("8+8="))
+
+
+def test_with_tls_and_a_bearer_token_only_verified_clients_with_the_token_get_in(
+    tmp_path: pathlib.Path, certs: pathlib.Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken\n")
+    tls = {
+        "cert_file": str(certs / "server.pem"),
+        "key_file": str(certs / "server.key"),
+        "ca_file": str(certs / "ca.pem"),
+    }
+    cfg = serve_config(tmp_path)
+    cfg["services"] = {**cfg["services"], "tls": tls, "auth": {"token_file": str(token_file)}}
+    s = make_stack(tmp_path, cfg)
+    try:
+        s.start_infra()
+        url = s.start_proxy()
+        assert url.startswith("https://")
+        s.token, s.ca = "t0ken", str(certs / "ca.pem")
+        reply = s.client().chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "1+1="}],
+            max_tokens=2,
+            extra_headers={"X-Session-Id": "tls-1"},
+        )
+        with pytest.raises(openai.AuthenticationError):
+            s.client(api_key="wrong").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "1"}]
+            )
+        with pytest.raises(openai.APIConnectionError):  # a client that does not trust the CA
+            openai.OpenAI(base_url=f"{url}/v1", api_key="t0ken", max_retries=0).models.list()
+        s.token = None
+        assert s.call("GET", "/health")[0] == 200  # health needs no token
+        assert s.post("/feedback", {"session_id": "tls-1", "reward": 1.0})[0] == 401
+        s.token = "t0ken"
+        assert s.post("/feedback", {"msg_ids": [reply.id], "reward": 1.0})[0] == 200
+        assert s.stats()["counters"]["completions"] == 1  # the refused request left nothing
+    finally:
+        s.stop_all()
