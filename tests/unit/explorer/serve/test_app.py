@@ -143,6 +143,19 @@ async def test_weights_change_only_between_requests(proxy) -> None:
     assert sync.reports == [(1, True)]
 
 
+async def test_tools_reach_the_chat_template_and_the_recorded_prompt(proxy) -> None:
+    p, client = proxy
+    p.core.wrapper.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% for t in tools or [] %}[{{ t.function.name }}]{% endfor %}"
+    tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "1+2="}], "tools": [tool], "max_tokens": 2}
+    reply = await (await client.post("/v1/chat/completions", json=body)).json()
+    [turn] = await p.history.run(load_turns, reply["id"])
+    assert turn.context_text == "1+2=[add]" and reply["usage"]["prompt_tokens"] == len("1+2=[add]")
+    assert p.core.tokenizer.decode(turn.prompt_ids.tolist()) == "1+2=[add]"  # the ids the engine was given
+    refused = await client.post("/v1/chat/completions", json={**body, "tool_choice": "required"})
+    assert refused.status == 400 and (await refused.json())["error"]["param"] == "tool_choice"
+
+
 async def test_the_bearer_token_guards_every_route_but_health(tmp_path: pathlib.Path) -> None:
     p = Proxy(tmp_path, token=TOKEN)
     try:
