@@ -45,7 +45,7 @@ class Proxy:
             wrapper=wrapper,
             gates=[self.gate],
             history=self.history,
-            max_prompt_tokens=32,
+            max_prompt_tokens=64,
             max_concurrent=max_concurrent,
         )
         commits = Commits(
@@ -154,6 +154,35 @@ async def test_tools_reach_the_chat_template_and_the_recorded_prompt(proxy) -> N
     assert p.core.tokenizer.decode(turn.prompt_ids.tolist()) == "1+2=[add]"  # the ids the engine was given
     refused = await client.post("/v1/chat/completions", json={**body, "tool_choice": "required"})
     assert refused.status == 400 and (await refused.json())["error"]["param"] == "tool_choice"
+
+
+async def test_a_chatml_style_template_that_keeps_the_eos_links_the_second_turn(proxy) -> None:
+    p, client = proxy
+    # as ChatML: each message closed by the EOS token and a newline, then the generation prompt
+    p.core.wrapper.chat_template = (
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}<eos>\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
+    headers = {"X-Session-Id": "chatml"}
+    first = await (await chat(client, "1+2=", **headers)).json()
+    said = first["choices"][0]["message"]["content"]
+    messages = [
+        {"role": "user", "content": "1+2="},
+        {"role": "assistant", "content": said},
+        {"role": "user", "content": "ok?"},
+    ]
+    body = {"model": "m", "messages": messages, "max_tokens": 4}
+    second = await (await client.post("/v1/chat/completions", json=body, headers=headers)).json()
+    one, two = await p.history.run(load_turns, "chatml")
+    assert two.parent_id == one.turn_id  # no split
+    head = np.concatenate([one.prompt_ids, one.response_ids]).tolist()
+    assert two.prompt_ids[: len(head)].tolist() == head  # the engine's own ids, not re-tokenized
+    # only the text after the reply is tokenized: the template's EOS (unless the model's own ended
+    # the reply), the newline, the next message, the generation prompt
+    closing = "<eos>" if one.finish_reason == "length" else ""
+    new = two.prompt_ids[len(head) :].tolist()
+    assert p.core.tokenizer.decode(new) == closing + "\n<user>ok?<eos>\n<assistant>"
+    assert second["usage"]["prompt_tokens"] == len(two.prompt_ids)
 
 
 async def test_the_bearer_token_guards_every_route_but_health(tmp_path: pathlib.Path) -> None:
