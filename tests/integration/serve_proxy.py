@@ -82,11 +82,15 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_infra(self) -> None:
+    def start_healthy(self, name: str) -> None:
+        """Start the buffer or the synchronizer and wait until it is SERVING."""
         cfg = self.cfg
+        self.start(name)
+        asyncio.run(wait_healthy(cfg.services.endpoint(name).address, 60, services_cfg=cfg.services))
+
+    def start_infra(self) -> None:
         for name in ("buffer", "synchronizer"):
-            self.start(name)
-            asyncio.run(wait_healthy(cfg.services.endpoint(name).address, 60, services_cfg=cfg.services))
+            self.start_healthy(name)
 
     def start_proxy(self, timeout: float = 120) -> str:
         url_file = self.run_dir / "serve" / "proxy_url"

@@ -315,3 +315,29 @@ def test_with_tls_and_a_bearer_token_only_verified_clients_with_the_token_get_in
         assert s.stats()["counters"]["completions"] == 1  # the refused request left nothing
     finally:
         s.stop_all()
+
+
+def test_a_commit_while_the_buffer_is_down_is_acknowledged_and_written_once_it_is_back(
+    tmp_path: pathlib.Path,
+) -> None:
+    cfg = serve_config(tmp_path, algorithm={"algorithm_type": "grpo", "repeat_times": 1})
+    cfg["services"] = {**cfg["services"], "max_retries": 1}
+    s = make_stack(tmp_path, cfg)
+    try:
+        s.start_infra()
+        s.start_proxy()
+        reply = s.client().completions.create(model="m", prompt="6+6=", max_tokens=3)
+        assert s.post("/feedback", {"msg_ids": [reply.id], "reward": 1.0, "task_id": "down"})[0] == 200
+        assert s.stop("buffer", signal.SIGKILL) == -signal.SIGKILL
+        status, body = s.post("/commit", {})
+        assert (
+            status == 200 and body["committed"][0]["group_state"] == "pending"
+        )  # durable here, not yet there
+        s.start_healthy("buffer")
+        rows = s.read(1, wait=30)  # the proxy's sweep writes it once the buffer is back
+        assert [(r.task_id, r.reward) for r in rows] == [("down", 1.0)]
+        assert s.read(1, wait=3) == []  # once: later sweeps write nothing more
+        counters = s.stats()["counters"]
+        assert counters["groups_written"] == 1 and counters["experiences_written"] == 1
+    finally:
+        s.stop_all()
