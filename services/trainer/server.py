@@ -65,7 +65,8 @@ def publishes(cfg: TrinityConfig) -> bool:
     serve-mode proxy follows (sync_method checkpoint, sync_style dynamic_by_trainer or fully_async):
     the proxy loads what a train run beside it publishes (Trinity's serve + train pair)."""
     sync = cfg.synchronizer
-    serve_plan = sync.method == "checkpoint" and sync.normalized_style in ("dynamic_by_trainer", "fully_async")
+    serve_styles = ("dynamic_by_trainer", "fully_async")
+    serve_plan = sync.method == "checkpoint" and sync.normalized_style in serve_styles
     return cfg.mode == "both" or (cfg.mode == "train" and serve_plan)
 
 
