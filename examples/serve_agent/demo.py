@@ -95,11 +95,14 @@ def main() -> int:
         resolved = run_dir / "config.resolved.yaml"  # the ports `trinity run` chose
         log = run_dir / "logs" / "trainer.log"
         say(f"trainer log: {log}")
+        # half the cores, as `trinity run` gives each of two workers: the proxy's engine has the rest
+        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 2) // 2))
         with open(log, "ab") as fh:
             trainer = subprocess.Popen(
                 [str(BIN / "trinity"), "serve", "trainer", "-c", str(resolved), "--set", "mode=train"],
                 stdout=fh,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, "OMP_NUM_THREADS": threads},
                 start_new_session=True,
             )
         out = run_dir / "eval" / "results.jsonl"

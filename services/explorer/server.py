@@ -158,7 +158,7 @@ async def serve(cfg: TrinityConfig) -> None:
 
         servicer.state = "serving"
         try:
-            await serve_proxy(cfg, serving)
+            await serve_proxy(cfg, serving, servicer)
         finally:
             server.request_stop()
             await serving

@@ -4,9 +4,11 @@ checkpoints, and the proxy picks the new versions up between requests and says s
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import time
 
+from services.cli.status import service_info
 from tests.integration.serve_proxy import make_stack, serve_config
 
 
@@ -57,5 +59,10 @@ def test_a_train_run_trains_from_the_proxy_s_traffic_and_the_proxy_serves_its_ve
         assert after.model_version == 2 and after.system_fingerprint == "trinity-grpc-v2"
         stats = stack.stats()
         assert stats["counters"]["groups_written"] == 2 and stats["counters"]["experiences_written"] == 4
+        # the explorer's GetInfo (trinity status, trinity run's progress line) says the same
+        services = stack.cfg.services
+        info = asyncio.run(service_info("explorer", services.explorer.address, services, 10))
+        assert info.state == "serving" and info.stats["model_version"] == 2.0
+        assert info.stats["experiences_written"] == 4.0 and info.stats["step"] >= 1
     finally:
         stack.stop_all()

@@ -90,19 +90,47 @@ def _write_url(path: str, url: str) -> None:
         fh.write(url + "\n")
 
 
-async def _sweep(commits: Commits, interval: float) -> None:
+class ServeStatus:
+    """What the explorer's GetInfo (and so `trinity status` and `trinity run`'s progress line) shows
+    in mode serve: the weight checks as steps, the version served, the experiences written."""
+
+    state = "serving"
+    last_eval: dict[str, float] = {}  # noqa: RUF012 - read-only: the agents evaluate, not the proxy
+    evaluator = type("NoEval", (), {"tasksets": [], "names": []})()
+
+    def __init__(self, weights: ServeWeights) -> None:
+        self.weights = weights
+        self.written = 0
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def step(self) -> int:
+        return self.weights.step
+
+    @property
+    def model_version(self) -> int:
+        return self.weights.version
+
+    async def refresh(self, commits: Commits) -> None:
+        counters = (await commits.stats())["counters"]
+        self.written = int(counters.get("experiences_written", 0))
+
+
+async def _sweep(commits: Commits, interval: float, status: ServeStatus) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
             await commits.sweep()
+            await status.refresh(commits)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - retried at the next sweep
             log.warning("serve_sweep_failed", error=f"{type(exc).__name__}: {exc}")
 
 
-async def serve_proxy(cfg: TrinityConfig, stop: asyncio.Future[Any]) -> None:
-    """Run the proxy until `stop` completes (the gRPC server's wait: SIGTERM)."""
+async def serve_proxy(cfg: TrinityConfig, stop: asyncio.Future[Any], servicer: Any = None) -> None:
+    """Run the proxy until `stop` completes (the gRPC server's wait: SIGTERM); `servicer`: the
+    explorer's gRPC servicer, which reports the proxy's ServeStatus once it serves."""
     from services.buffer.client import BufferClient
     from services.synchronizer.client import SynchronizerClient
     from services.synchronizer.weights import WeightReceiver
@@ -159,10 +187,14 @@ async def serve_proxy(cfg: TrinityConfig, stop: asyncio.Future[Any]) -> None:
             url = proxy_url(cfg, port)
             _write_url(os.path.join(cfg.run_dir, "serve", "proxy_url"), url)
             log.info("serve_proxy_listening", url=url, model_version=weights.version)
+            status = ServeStatus(weights)
+            await status.refresh(commits)
+            if servicer is not None:
+                servicer.explorer = status
             interval = ex.service_status_check_interval
             tasks = [
                 asyncio.create_task(weights.run(interval)),
-                asyncio.create_task(_sweep(commits, min(interval, ex.serve.session_ttl_s / 4))),
+                asyncio.create_task(_sweep(commits, min(interval, ex.serve.session_ttl_s / 4), status)),
             ]
             await stop
     finally:
