@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 , := ,
 
-.PHONY: all setup demo test test-deploy test-view image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm
+.PHONY: all setup demo test test-deploy test-view image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm demo-agent
 
 all: test
 
@@ -169,6 +169,13 @@ demo-llm: $(VLLM_STAMP) model-smollm2
 	$(VLLM_BIN)/python -m services.tasks.chat_arith runs/smollm2_data_first --wording first
 	$(if $(SMOLLM2_PIN),TRINITY_PIN_CPUS=trainer=0$(,)explorer=1) TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/trinity run -c $(SMOLLM2_CONFIG)
 	$(VLLM_BIN)/trinity plot -c $(SMOLLM2_CONFIG)
+
+# Serve mode: a Node.js agent (examples/serve_agent/agent.js, the `openai` npm package) trains SmolLM2
+# through the OpenAI-compatible proxy on the CPU: the arithmetic of demo-llm in two turns, its own
+# rewards; a mode-train trainer beside the proxy. AGENT_STEPS (default 30), SMOLLM2_SEED, TRINITY_ENGINE.
+# Ends with summary.json and plot.png in runs/trinity-grpc-examples/smollm2-agent-seed<N>/ (docs/serve.md).
+demo-agent: $(STAMP) $(VLLM_STAMP) model-smollm2
+	TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/python examples/serve_agent/demo.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) tools/node/node_modules runs

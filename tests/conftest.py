@@ -1,4 +1,4 @@
-"""Shared fixtures: repo paths, free ports, temp configs, service processes stopped by PID."""
+"""Shared fixtures: repo paths, free ports, temp configs, service processes stopped by PID, a throw-away CA."""
 
 from __future__ import annotations
 
@@ -65,6 +65,65 @@ def service_process(tmp_path: pathlib.Path) -> Iterator:
     yield start
     for proc in procs:
         stop_process(proc, timeout=10)
+
+
+def _openssl(*args: str, cwd: pathlib.Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def certs(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A throw-away CA, a server certificate for localhost/127.0.0.1 and a client certificate."""
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=tmp_path,
+    )
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=tmp_path,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+            "-out",
+            f"{name}.pem",
+            cwd=tmp_path,
+        )
+    return tmp_path
 
 
 __all__ = ["BUF", "REPO", "TRINITY", "free_port", "write_config"]

@@ -24,6 +24,7 @@ WORKERS_OF_MODE = {
     "train": ("trainer",),
     "explore": ("explorer",),
     "bench": (),
+    "serve": ("explorer",),  # the explorer is the OpenAI-compatible proxy (services/explorer/serve/)
 }
 LABEL_WIDTH = 12  # the [name] column of the runner's and its children's output lines
 

@@ -12,7 +12,9 @@ unfinished run (continue_from_checkpoint) and skips finished stages.
 Modes: `both` runs trainer and explorer, `train` the trainer alone (file datasets, or a queue
 filled by other writers), `explore` the explorer alone (rollouts into the buffer, no weight
 sync), `bench` no worker: every full checkpoint of the run dir is scored in order (only the
-latest with explorer.bench_on_latest_checkpoint), and is re-scored each time it is run. A run
+latest with explorer.bench_on_latest_checkpoint), and is re-scored each time it is run; `serve` the
+explorer as the OpenAI-compatible proxy until Ctrl-C (docs/serve.md; its trainer is a `mode: train`
+trainer started beside it, `trinity serve trainer --set mode=train`). A run
 without stages is named in the summary by its name, plus `:<mode>` unless the mode is `both`.
 """
 
@@ -191,7 +193,9 @@ class StageRunner:
                 entry["eval"] = await self.bench_checkpoints()
                 entry["status"] = "complete"
                 return 0
-            if has_eval and "start" not in entry["eval"]:
+            if (
+                has_eval and "start" not in entry["eval"] and self.cfg.mode != "serve"
+            ):  # serve: agents evaluate
                 entry["eval"]["start"] = await self.bench("start")
                 save()
             workers = WORKERS_OF_MODE[self.cfg.mode]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import os
+import ssl
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,3 +80,23 @@ def channel_credentials(tls: TLSConfig) -> grpc.ChannelCredentials | None:
         private_key=_read(tls.client_key_file, "client_key_file"),
         certificate_chain=_read(tls.client_cert_file, "client_cert_file"),
     )
+
+
+def http_ssl_context(tls: TLSConfig) -> ssl.SSLContext | None:
+    """Server TLS for an HTTP endpoint (the serve-mode proxy) from the same settings as gRPC's:
+    cert_file + key_file turn it on; require_client_cert verifies clients against ca_file (mTLS)."""
+    if tls.cert_file is None:
+        return None
+    if tls.key_file is None:
+        raise ConfigError("key_file is required with cert_file", field="services.tls.key_file")
+    if tls.require_client_cert and tls.ca_file is None:
+        raise ConfigError("require_client_cert needs ca_file to verify clients", field="services.tls.ca_file")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        if tls.require_client_cert:
+            context.load_verify_locations(cafile=tls.ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the TLS files: {exc}", field="services.tls.cert_file") from exc
+    return context

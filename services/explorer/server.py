@@ -5,7 +5,8 @@ and runners, connects to the buffer (and to the synchronizer in mode `both`), th
 - mode both / explore: steps until the taskset ends, closes its writer on the experience buffer
   (so the trainer sees end of data) and returns — exit code 0;
 - mode bench: evaluates each checkpoint under the run directory in order (only the latest with
-  explorer.bench_on_latest_checkpoint), or the configured model when there is none, and returns.
+  explorer.bench_on_latest_checkpoint), or the configured model when there is none, and returns;
+- mode serve: runs the OpenAI-compatible proxy (services/explorer/serve/) until SIGTERM.
 SIGTERM stops the loop between awaits and returns without closing the writer (a restarted
 explorer resumes at the next unread batch, whose cursor the buffer keeps).
 """
@@ -159,6 +160,16 @@ async def serve(cfg: TrinityConfig) -> None:
     port = await server.start()
     log.info("explorer_listening", port=port)
     serving = asyncio.ensure_future(server.wait())
+    if cfg.mode == "serve":  # the explorer is the OpenAI-compatible proxy (services/explorer/serve/)
+        from services.explorer.serve.process import serve_proxy
+
+        servicer.state = "serving"
+        try:
+            await serve_proxy(cfg, serving, servicer)
+        finally:
+            server.request_stop()
+            await serving
+        return
     parts: dict[str, Any] = {}
     sync_client = None
     monitor = None

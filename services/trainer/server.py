@@ -60,11 +60,21 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         return tpb.SaveCheckpointResponse(path=path, step=step)
 
 
+def publishes(cfg: TrinityConfig) -> bool:
+    """Does this trainer publish versions? In mode both; in mode train when its plan is one a
+    serve-mode proxy follows (sync_method checkpoint, sync_style dynamic_by_trainer or fully_async):
+    the proxy loads what a train run beside it publishes (Trinity's serve + train pair)."""
+    sync = cfg.synchronizer
+    serve_styles = ("dynamic_by_trainer", "fully_async")
+    serve_plan = sync.method == "checkpoint" and sync.normalized_style in serve_styles
+    return cfg.mode == "both" or (cfg.mode == "train" and serve_plan)
+
+
 async def make_sink(cfg: TrinityConfig) -> Any:
     """The synchronizer's weight publisher when an explorer consumes versions, else a NullSink."""
     from services.trainer.ports import NullSink
 
-    if cfg.mode != "both":
+    if not publishes(cfg):
         return NullSink()
     from services.trainer.publish import connect_sink
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-import subprocess
 
 import pytest
 
@@ -160,65 +159,6 @@ async def test_bearer_token_required_except_for_health(monkeypatch: pytest.Monke
         await right.close()
     finally:
         await server.stop()
-
-
-def _openssl(*args: str, cwd: pathlib.Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-@pytest.fixture
-def certs(tmp_path: pathlib.Path) -> pathlib.Path:
-    """A throw-away CA, a server certificate for localhost/127.0.0.1 and a client certificate."""
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        cwd=tmp_path,
-    )
-    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-            cwd=tmp_path,
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "1",
-            "-extfile",
-            "san.ext",
-            "-out",
-            f"{name}.pem",
-            cwd=tmp_path,
-        )
-    return tmp_path
 
 
 async def test_tls_server_rejects_plaintext_and_accepts_verified_clients(certs: pathlib.Path) -> None:

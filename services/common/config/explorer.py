@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from services.common.config.base import Section
+from services.common.config.serve import ServeConfig
 
 VLLM_ARGS_OF_OUR_KEYS = {
     "model": "model.model_path",
@@ -246,6 +247,40 @@ class ExplorerConfig(Section):
     """Directories whose modules register user workflows, reward fns and operators."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Free-form settings for user workflows."""
+    # mode serve: the OpenAI-compatible proxy (Trinity's keys; docs/serve.md)
+    proxy_port: int = Field(8010, ge=0, le=65535)
+    """mode serve: TCP port of the OpenAI-compatible proxy (0: a free port; the URL is written to
+    <run dir>/serve/proxy_url either way)."""
+    listen_address: str = "127.0.0.1"
+    """mode serve: interface the proxy binds. Loopback by default (Trinity binds 0.0.0.0): set
+    0.0.0.0 to reach it from other machines, with services.auth (a bearer token) and services.tls."""
+    service_status_check_interval: float = Field(60.0, gt=0)
+    """mode serve: seconds between the proxy's asks to the synchronizer for a newer model version
+    (each ask is one explorer step of the sync plan); also how often expired sessions are swept."""
+    min_running_model_num: int = Field(1, ge=1)
+    """mode serve: engines that keep serving while the others load new weights. Engines load in
+    turns of engine_num - min_running_model_num (at least one), each between two of its requests;
+    with one engine, requests wait while it loads."""
+    db_url: str | None = None
+    """mode serve: SQLAlchemy URL of the proxy's history (sessions, completions as the engine saw
+    them, feedback, committed groups), so a restarted proxy loses nothing it acknowledged. None:
+    sqlite:///<run dir>/serve/proxy_history.db (Trinity: proxy_history.db in the buffer's cache dir).
+    Only sqlite URLs are supported."""
+    serve: ServeConfig = ServeConfig()
+    """mode serve: the proxy's limits and session lifetime."""
+
+    @model_validator(mode="after")
+    def _serve_keys(self) -> ExplorerConfig:
+        if self.db_url is not None and not self.db_url.startswith("sqlite:///"):
+            raise ValueError(
+                f"explorer.db_url {self.db_url!r}: only sqlite URLs (sqlite:///<path>) are supported here"
+            )
+        if self.min_running_model_num > self.rollout_model.engine_num:
+            raise ValueError(
+                f"explorer.min_running_model_num {self.min_running_model_num} is more than "
+                f"explorer.rollout_model.engine_num {self.rollout_model.engine_num}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _auxiliary_engine_args(self) -> ExplorerConfig:

@@ -24,7 +24,7 @@ from services.common.config.synchronizer import SynchronizerConfig
 from services.common.config.trainer import TrainerConfig
 from services.common.config.verl import mapped_settings
 
-Mode = Literal["both", "train", "explore", "bench"]
+Mode = Literal["both", "train", "explore", "bench", "serve"]
 
 
 class StageConfig(Section):
@@ -69,7 +69,9 @@ class TrinityConfig(Section):
     name: str = "default"
     """Experiment name."""
     mode: Mode = "both"
-    """both: train and explore; train; explore; bench: evaluate checkpoints."""
+    """both: train and explore; train; explore; bench: evaluate checkpoints; serve: the explorer is an
+    OpenAI-compatible proxy whose traffic, with the agents' rewards, fills the experience buffer for a
+    `train` run (docs/serve.md)."""
     checkpoint_root_dir: str = "./runs"
     """Root of checkpoints, buffers, logs and TensorBoard files."""
     continue_from_checkpoint: bool = True
@@ -140,6 +142,29 @@ class TrinityConfig(Section):
                 f"explorer.rollout_model.weight_sync_buffer_size ({given}) and synchronizer.bucket_mb "
                 f"({self.synchronizer.bucket_mb}) are one setting (MiB per bucket of the weight broadcast); "
                 "give one of them"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _serve_sync_plan(self) -> TrinityConfig:
+        if self.mode != "serve":
+            return self
+        sync = self.synchronizer
+        if sync.method != "checkpoint":
+            raise ValueError(
+                f"mode serve with synchronizer.sync_method {sync.sync_method!r}: the proxy loads new weights "
+                "from checkpoint files between requests; set synchronizer.sync_method: checkpoint"
+            )
+        if sync.normalized_style not in ("dynamic_by_trainer", "fully_async"):
+            raise ValueError(
+                f"mode serve with synchronizer.sync_style {sync.sync_style!r}: the proxy has no steps of its own "
+                "to hold; set sync_style dynamic_by_trainer (load each version the trainer publishes) or "
+                "fully_async (check every explorer_sync_interval x explorer.service_status_check_interval s)"
+            )
+        if sync.max_staleness is not None:
+            raise ValueError(
+                "mode serve with synchronizer.max_staleness: the proxy never holds an agent's request for "
+                "weights; remove max_staleness (the trainer reads what the agents committed)"
             )
         return self
 

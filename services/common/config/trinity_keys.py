@@ -72,6 +72,19 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
     "algorithm.optimizer.lr_scheduler_type": KeyMeaning(
         "mapped", "constant or cosine: the same setting as algorithm.optimizer.warmup_style (give one)"
     ),
+    # explorer: Trinity's serve mode (docs/serve.md)
+    "explorer.listen_address": KeyMeaning(
+        "mapped", "the serve-mode proxy's bind address; default 127.0.0.1 here (Trinity: 0.0.0.0)"
+    ),
+    "explorer.db_url": KeyMeaning(
+        "mapped",
+        "the serve-mode proxy's history: sqlite URLs only; default sqlite:///<run dir>/serve/proxy_history.db",
+    ),
+    "explorer.service_status_check_interval": KeyMeaning(
+        "mapped",
+        "seconds between the serve-mode proxy's asks for a newer version; each ask is an explorer step of "
+        "the sync plan (sync_style dynamic_by_trainer or fully_async, sync_method checkpoint)",
+    ),
     # buffer
     "buffer.*.replay_buffer": KeyMeaning(
         "mapped", "a queue's priority settings (enable, priority_fn, reuse_cooldown_time, priority_fn_args)"
@@ -233,13 +246,6 @@ TRINITY_KEYS.update(
         "explorer.runner_state_report_interval": inert(
             "runner state: `trinity status` shows it on demand here"
         ),
-        "explorer.proxy_port": inert("Trinity's serve-mode proxy (no serve mode here)", 8010),
-        "explorer.listen_address": inert("Trinity's serve-mode proxy (no serve mode here)", "0.0.0.0"),
-        "explorer.service_status_check_interval": inert(
-            "Trinity's serve-mode proxy (no serve mode here)", 60
-        ),
-        "explorer.min_running_model_num": inert("Trinity's serve-mode proxy (no serve mode here)", 1),
-        "explorer.db_url": inert("Trinity's serve-mode proxy history (no serve mode here)", None),
         "explorer.over_rollout.ratio": inert("0 only: every step waits for all its tasks here", 0, 0.0),
         "explorer.over_rollout.wait_after_min": inert("used with over_rollout.ratio > 0, refused here"),
         "explorer.over_rollout": inert("see over_rollout.ratio", {}),

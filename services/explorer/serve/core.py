@@ -1,0 +1,238 @@
+"""The completion path of the proxy: render, link to the session, generate, record, answer.
+
+A request is validated (protocol.py), rendered by the chat template (ModelWrapper.render_chat:
+tools, enable_thinking, chat_template_kwargs), linked to its session's turns (chains.py), checked
+against model.max_prompt_tokens, generated on one engine under one version (gate.py), recorded in
+the history (history.py), then answered. Everything that can refuse a request does so before
+the history changes; the history changes before the answer leaves.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from services.common.errors import TrinityError
+from services.explorer.engines.base import GenerationOutput, SamplingParams
+from services.explorer.openai_server import reply_message, template_messages
+from services.explorer.serve import history as H
+from services.explorer.serve.chains import Turn, link
+from services.explorer.serve.gate import EngineGate, pick
+from services.explorer.serve.protocol import ApiError, Choice, CompletionRequest
+from services.explorer.text import encode_plain
+
+
+@dataclass
+class Completion:
+    """What a response is built from."""
+
+    response_id: str
+    version: int
+    choices: list[Choice]
+    usage: dict[str, int]
+
+
+def _closed(row: Any) -> ApiError:
+    if row.state == "expired":
+        return ApiError(
+            410, f"session {row.session_id!r} expired; start a new session id", param="session_id"
+        )
+    return ApiError(
+        409, f"session {row.session_id!r} is committed; start a new session id", param="session_id"
+    )
+
+
+def session_turns(conn: sa.Connection, sid: str) -> list[Turn]:
+    """The turns of an open session (none for a new one); a closed session is refused."""
+    row = H.session_row(conn, sid)
+    if row is not None and row.state != "open":
+        raise _closed(row)
+    return H.load_turns(conn, sid)
+
+
+def record_turns(conn: sa.Connection, sid: str, turns: list[Turn], split: bool, now: float) -> None:
+    row = H.session_row(conn, sid)
+    if row is None:
+        conn.execute(
+            sa.insert(H.SESSIONS).values(
+                session_id=sid, state="open", splits=int(split), created=now, last_active=now
+            )
+        )
+        H.bump(conn, "sessions_opened")
+    elif row.state != "open":
+        raise _closed(row)
+    else:
+        conn.execute(
+            sa.update(H.SESSIONS)
+            .where(H.SESSIONS.c.session_id == sid)
+            .values(last_active=now, splits=row.splits + int(split))
+        )
+    conn.execute(sa.insert(H.TURNS), [H.turn_row(t) for t in turns])
+    H.bump(conn, "completions")
+    H.bump(conn, "turns_recorded", len(turns))
+    H.bump(conn, "splits", int(split))
+
+
+class ServeCore:
+    """The proxy's completions; `wrapper` renders prompts (a ModelWrapper), gates hold the engines."""
+
+    def __init__(
+        self,
+        *,
+        wrapper: Any,
+        gates: list[EngineGate],
+        history: H.History,
+        max_prompt_tokens: int,
+        max_concurrent: int,
+    ) -> None:
+        self.wrapper = wrapper
+        self.tokenizer = wrapper.tokenizer
+        self.gates = gates
+        self.history = history
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_concurrent = max_concurrent
+        self.in_flight = 0
+
+    def admit(self) -> None:
+        """Take a slot for one completion or refuse with 429 (explorer.serve.max_concurrent_requests)."""
+        if self.in_flight >= self.max_concurrent:
+            raise ApiError(
+                429,
+                f"{self.in_flight} completions are generating, the most explorer.serve.max_concurrent_requests "
+                "allows; retry shortly",
+                code="rate_limit_exceeded",
+            )
+        self.in_flight += 1
+
+    def release(self) -> None:
+        self.in_flight -= 1
+
+    def render(self, request: CompletionRequest) -> str:
+        if not request.chat:
+            return request.prompt
+        try:
+            return str(
+                self.wrapper.render_chat(
+                    template_messages(request.messages), request.tools, request.template_kwargs
+                )
+            )
+        except TrinityError as exc:
+            raise ApiError(400, str(exc), param=exc.field or "messages") from exc
+        except Exception as exc:  # noqa: BLE001 - a template that fails on these messages is the request's fault
+            raise ApiError(
+                400, f"the chat template failed on these messages: {exc}", param="messages"
+            ) from exc
+
+    def prompt_ids(self, turns: list[Turn], text: str) -> tuple[np.ndarray, str | None, bool]:
+        """(ids for the engine, the turn they extend, whether the session was split)."""
+        found = link(turns, text)
+        new = np.asarray(
+            encode_plain(self.tokenizer, found.new_text) if found.new_text else [], dtype=np.int64
+        )
+        if found.parent is None:
+            ids = new
+        else:
+            ids = np.concatenate([found.parent.prompt_ids, found.parent.response_ids, new]).astype(np.int64)
+        if len(ids) == 0:
+            raise ApiError(400, "the prompt is empty after tokenization", param="messages")
+        if len(ids) > self.max_prompt_tokens:
+            raise ApiError(
+                400,
+                f"the prompt has {len(ids)} tokens, more than model.max_prompt_tokens {self.max_prompt_tokens}",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        parent = found.parent.turn_id if found.parent else None
+        return ids, parent, found.parent is None and bool(turns)
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        rid = f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        text = self.render(request)
+        sid = request.session_id or rid
+        turns = await self.history.run(session_turns, sid)
+        ids, parent, split = self.prompt_ids(turns, text)
+        gate = pick(self.gates)
+        async with gate.serving() as version:
+            params = SamplingParams(**request.sampling)
+            outputs = (await gate.engine.generate_async([ids.tolist()], params))[0]
+        new_turns = [
+            self._turn(f"{rid}/{i}", rid, sid, parent, ids, out, version, text, request)
+            for i, out in enumerate(outputs)
+        ]
+        await self.history.run(record_turns, sid, new_turns, split, time.time())
+        choices = [self._choice(turn, request) for turn in new_turns]
+        completion = sum(len(t.response_ids) for t in new_turns)
+        usage = {
+            "prompt_tokens": len(ids),
+            "completion_tokens": completion,
+            "total_tokens": len(ids) + completion,
+        }
+        return Completion(rid, version, choices, usage)
+
+    def _decode(self, ids: np.ndarray, *, special: bool) -> str:
+        return str(self.tokenizer.decode(ids.tolist(), skip_special_tokens=not special))
+
+    def _turn(
+        self,
+        turn_id: str,
+        rid: str,
+        sid: str,
+        parent: str | None,
+        prompt: np.ndarray,
+        out: GenerationOutput,
+        version: int,
+        text: str,
+        request: CompletionRequest,
+    ) -> Turn:
+        response = np.asarray(out.response_ids, dtype=np.int64)
+        stopped = out.finish_reason == "stop" and len(response) > 0  # the last token is the EOS
+        return Turn(
+            turn_id=turn_id,
+            response_id=rid,
+            session_id=sid,
+            parent_id=parent,
+            prompt_ids=prompt,
+            response_ids=response,
+            logprobs=np.asarray(out.logprobs, dtype=np.float32),
+            version=version,
+            context_text=text,
+            reply_text=self._decode(response, special=True),
+            reply_open_text=self._decode(response[:-1], special=True) if stopped else None,
+            response_text=self._decode(response, special=False),
+            finish_reason=out.finish_reason,
+            messages=request.messages,
+            sampling=(request.temperature, request.top_p, request.top_k),
+        )
+
+    def _choice(self, turn: Turn, request: CompletionRequest) -> Choice:
+        ids = turn.response_ids.tolist()
+        tokens = [str(t) for t in self.tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False)]
+        pieces = self._pieces(ids, turn.response_text) if request.stream else [turn.response_text]
+        message = None
+        finish = turn.finish_reason
+        if request.chat:
+            message = reply_message(turn.response_text, self.wrapper, tools_offered=bool(request.tools))
+            if message.get("tool_calls"):
+                finish = "tool_calls"
+        return Choice(turn.response_text, message, finish, tokens, turn.logprobs.tolist(), pieces)
+
+    def _pieces(self, ids: list[int], text: str) -> list[str]:
+        """The text in per-token increments (prefix decodes), or [text] when decoding is not prefix-stable."""
+        prefixes = [
+            str(p)
+            for p in self.tokenizer.batch_decode(
+                [ids[: j + 1] for j in range(len(ids))], skip_special_tokens=True
+            )
+        ]
+        pieces, before = [], ""
+        for prefix in prefixes:
+            if not prefix.startswith(before):
+                return [text]
+            pieces.append(prefix[len(before) :])
+            before = prefix
+        return pieces if before == text else [text]

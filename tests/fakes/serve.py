@@ -1,0 +1,30 @@
+"""Stand-ins for the serve-mode proxy's synchronizer side (unit tests of services/explorer/serve)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.synchronizer.client import Decision
+from services.synchronizer.ledger import Version
+
+
+class PlannedSync:
+    """A synchronizer client whose plan names `versions[step]` before that step (none otherwise);
+    its receiver hands out `weights[version]`. Records what it was told."""
+
+    def __init__(self, versions: dict[int, int], weights: dict[int, dict[str, Any]]) -> None:
+        self.versions = versions
+        self.weights = weights
+        self.step = 0
+        self.reports: list[tuple[int, bool]] = []
+
+    async def begin_explorer_step(self, step: int) -> Decision:
+        version = self.versions.get(step)
+        return Decision(None if version is None else Version(version), "planned")
+
+    async def receive(self, version: Version, into: Any = None) -> dict[str, Any]:
+        self.reports.append((version.version, True))
+        return self.weights[version.version]
+
+    async def report_sync(self, version: int, ok: bool, error: str = "") -> None:
+        self.reports.append((version, ok))

@@ -1,0 +1,63 @@
+"""The Node.js agent of `make demo-agent` (the `openai` npm package) against a real proxy on the
+builtin tiny model: two-turn episodes, its own rewards, commits that reach the buffer as GRPO groups."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+from services.tasks.chat_arith import write_tasksets
+from tests.conftest import REPO
+from tests.integration.serve_proxy import make_stack, serve_config
+
+AGENT = REPO / "examples" / "serve_agent" / "agent.js"
+REWARDS = {0.0, 0.1, 0.5, 1.0}
+
+
+def test_the_node_agent_trains_through_the_proxy(tmp_path: pathlib.Path) -> None:
+    data = tmp_path / "data"
+    write_tasksets(data)
+    stack = make_stack(
+        tmp_path,
+        serve_config(
+            tmp_path,
+            # the agent samples training episodes at 0.7: the trainer takes logprobs at that temperature
+            model={
+                "model_path": "builtin:tiny-arith",
+                "max_prompt_tokens": 200,
+                "max_response_tokens": 8,
+                "temperature": 0.7,
+            },
+        ),
+    )
+    try:
+        stack.start_infra()
+        url = stack.start_proxy()
+        out = tmp_path / "eval.jsonl"
+        args = ["--url", url, "--data", str(data), "--steps", "2", "--batch", "2", "--group", "2"]
+        args += ["--heldout", "3", "--eval-every", "2", "--max-tokens", "8", "--out", str(out)]
+        env = {**os.environ, "NODE_PATH": str(REPO / "tools" / "node" / "node_modules")}
+        done = subprocess.run(
+            ["node", str(AGENT), *args], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        steps = [x for x in lines if x["event"] == "agent_step"]
+        assert [s["step"] for s in steps] == [1, 2] and all(s["episodes"] == 4 for s in steps)
+        evals = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [e["step"] for e in evals] == [0, 2] and all(e["model_version"] == 0 for e in evals)
+        rows = stack.read(8)
+        assert len(rows) == 8 and {r.reward for r in rows} <= REWARDS
+        assert len({r.group_id for r in rows}) == 4  # 2 steps x 2 questions, 2 episodes each
+        # each episode is one experience of two turns, unless the tiny model's reply broke the echo
+        two_turns = [r for r in rows if int(r.info["turns"]) == 2]
+        assert len(two_turns) >= 6
+        for row in two_turns:  # reply 1 sampled, the follow-up not, reply 2 sampled
+            mask = row.action_mask.tolist()
+            assert mask[0] and mask[-1] and not all(mask)
+        stats = stack.stats()["counters"]
+        assert stats["experiences_written"] == 8 and stats["sessions_committed"] == 8
+    finally:
+        stack.stop_all()
