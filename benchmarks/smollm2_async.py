@@ -150,6 +150,9 @@ def main() -> None:
                 "baseline": base,
             },
         }
+        out = ROOT / "benchmarks" / "results" / f"{line['name']}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(line, indent=1) + "\n")
         print(json.dumps(line), flush=True)
 
 
