@@ -82,4 +82,5 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
         "mask_response_truncated",
         "dapo_dynamic_sampling",
     ]
+    assert dapo.data_processor.experience_pipeline.operators[1].args == {"criterion": "std"}
     assert load_config(str(EXAMPLE / "offset1.yaml")).synchronizer.sync_offset == 1

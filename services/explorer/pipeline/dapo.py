@@ -7,6 +7,10 @@
   an overlong penalty that makes the rewards of an all-correct group differ keeps nothing alive.
   A group of a single rollout carries no comparison and is dropped too (Trinity's
   `len(group) < 2`); its experiences count in `filtered_count` but in neither `dropped_all_*`.
+  `criterion: std` (ours; veRL's `algorithm.filter_groups`, which keeps a group when its metric's std
+  is above 0) keeps a group whenever its scores are not all equal, so a shaped reward whose levels are
+  all above `correct_threshold` (1 boxed right, 0.5 unboxed right) still teaches the difference; a
+  dropped group counts as all correct when its one score is above the threshold, else all wrong.
   Metrics (experiences, as Trinity's): `filtered_count`, `dropped_all_correct`,
   `dropped_all_wrong`. It is a refilling operator (`refill = True`): the explorer reads further
   task batches within the step to replace the groups it drops (services/explorer/refill.py).
@@ -39,9 +43,18 @@ class DAPODynamicSampling(ExperienceOperator):
 
     refill = True
 
-    def __init__(self, metric_key: str = "accuracy", correct_threshold: float = 0.0) -> None:
+    def __init__(
+        self, metric_key: str = "accuracy", correct_threshold: float = 0.0, criterion: str = "correctness"
+    ) -> None:
+        if criterion not in ("correctness", "std"):
+            raise InvalidArgument(
+                f"dapo_dynamic_sampling: criterion must be correctness (Trinity's: some but not all correct) "
+                f"or std (veRL's filter_groups: scores not all equal), got {criterion!r}",
+                field="data_processor.experience_pipeline.operators",
+            )
         self.metric_key = metric_key
         self.correct_threshold = correct_threshold
+        self.criterion = criterion
 
     def outcome(self, exp: Experience) -> float:
         """The score correctness is judged on: the `metric_key` metric, else the reward."""
@@ -61,7 +74,11 @@ class DAPODynamicSampling(ExperienceOperator):
         for group in group_by_id(exps).values():
             if len(group) < 2:
                 continue
-            correct = sum(self.outcome(e) > self.correct_threshold for e in group)
+            scores = [self.outcome(e) for e in group]
+            if self.criterion == "std" and max(scores) != min(scores):
+                kept.extend(group)
+                continue
+            correct = sum(score > self.correct_threshold for score in scores)  # all equal under std: 0 or all
             if correct == 0:
                 all_wrong += len(group)
             elif correct == len(group):

@@ -112,3 +112,21 @@ def test_the_pipeline_counts_drops_by_reason():
     assert out.metrics["pipeline/0_mask_response_truncated/masked_truncated_count"] == 1.0
     assert out.metrics["pipeline/1_dapo_dynamic_sampling/filtered_count"] == 5.0
     assert not ExperiencePipeline.from_config([OperatorConfig(name="reward_std_filter")]).refills
+
+
+def test_the_std_criterion_keeps_groups_whose_scores_differ_at_any_level():
+    # the shaped reward of the SmolLM2 example: 1 boxed right, 0.5 unboxed right, 0.1 boxed wrong, 0
+    exps = [
+        *(exp("mixed_right", r) for r in (1.0, 0.5, 0.5, 1.0)),  # all > 0: Trinity's rule drops it
+        *(exp("low", r) for r in (0.0, 0.1, 0.0, 0.0)),  # differs: kept under std
+        *(exp("top", 1.0) for _ in range(4)),  # flat at 1: all correct
+        *(exp("zero", 0.0) for _ in range(4)),  # flat at 0: all wrong
+        *(exp("half", 0.5) for _ in range(4)),  # flat at 0.5 (> threshold 0): all correct
+    ]
+    kept, metrics = dynamic_sampling(criterion="std").process(exps)
+    assert sorted({e.group_id for e in kept}) == ["low", "mixed_right"]
+    assert metrics == {"filtered_count": 12.0, "dropped_all_correct": 8.0, "dropped_all_wrong": 4.0}
+    trinity_kept, _ = dynamic_sampling().process(exps)  # the default keeps only 'low' (some > 0, some not)
+    assert sorted({e.group_id for e in trinity_kept}) == ["low"]
+    with pytest.raises(InvalidArgument, match="criterion"):
+        dynamic_sampling(criterion="variance")
