@@ -15,6 +15,13 @@ def shot(page, artifacts, name: str) -> None:
     page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
 
 
+def follow(page, target) -> None:
+    """Click a link or button that loads another page and wait for that page (a count taken right
+    after a bare click can still read the page being left)."""
+    with page.expect_navigation():
+        page.click(target) if isinstance(target, str) else target.click()
+
+
 def table_keys(page) -> set:
     """(step, task, run) of the rows the experiences table shows."""
     rows = page.locator("#rows tbody tr")
@@ -38,26 +45,26 @@ def test_a_finished_toy_run_shows_every_view(page, toy_view, toy_run, artifacts)
     assert page.locator("#chart-reward polyline").count() == 1  # `trinity plot`'s reward per step
     shot(page, artifacts, "toy-overview")
 
-    page.click("header >> text=Steps")
+    follow(page, "header >> text=Steps")
     assert page.locator("#steps tbody tr").count() == TOY_STEPS
     shot(page, artifacts, "toy-steps")
 
-    page.locator("#steps tbody tr").first.locator("a").click()  # the last step, worst reward first
+    follow(page, page.locator("#steps tbody tr").first.locator("a"))  # the last step, worst reward first
     assert page.locator("#total").get_attribute("data-total") == str(32 * 8)
     rewards = [float(t) for t in page.locator("#rows td.reward").all_inner_texts()]
     assert rewards == sorted(rewards)
     assert "decoded with the tokenizer builtin:tiny-arith" in page.inner_text("main")
     shot(page, artifacts, "toy-experiences")
 
-    page.locator("#rows a:text-is('group')").first.click()
+    follow(page, page.locator("#rows a:text-is('group')").first)
     assert page.locator(".card.sample").count() == 8
     shot(page, artifacts, "toy-group")
 
-    page.locator(".card.sample a").first.click()
+    follow(page, page.locator(".card.sample a").first)
     assert page.locator("h1").inner_text().startswith("experience ")
     shot(page, artifacts, "toy-experience")
 
-    page.click("header >> text=Evals")
+    follow(page, "header >> text=Evals")
     assert page.locator("#evals tbody tr").count() >= 2  # the bench evals at the stage's start and end
     # the explorer's eval/answers.jsonl: every held-out question at the first and the last eval
     assert page.inner_text("#answers-count") == "200 of 1000 samples"
@@ -83,8 +90,7 @@ def test_the_filter_form_returns_the_rows_of_the_buffer(page, live_view, live_ru
             page.select_option("select[name=flat]", value)
         else:
             page.fill(f"input[name={name}]", value)
-    page.click("#apply")
-    page.wait_for_load_state()
+    follow(page, "#apply")
     expected = expected_keys(live_run.buffer_file(), **filters)
     assert expected
     assert table_keys(page) == expected
@@ -107,7 +113,7 @@ def test_a_live_runs_pages_update_by_themselves(page, live_view, live_run, artif
     live_run.write_step(after // (TASKS * RUNS) + 1)
     page.wait_for_selector("#new-rows", timeout=30_000)
     assert f"{TASKS * RUNS} new rows match" in page.inner_text("#new-rows")
-    page.click("#new-rows a")
+    follow(page, "#new-rows a")
     assert page.locator("#total").get_attribute("data-total") == str(after + TASKS * RUNS)
 
 
