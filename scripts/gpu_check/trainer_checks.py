@@ -9,6 +9,7 @@ weights that did not move, a cast that lost the fp32 master copy).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -61,7 +62,7 @@ def check_bf16(ctx: lab.Context) -> Mapping[str, Any]:
     per_step, _, prompt, response = lab.sizes(ctx)
     bf16 = lab.make_engine(ctx, bf16=True, lr=5e-4)
     fp32 = lab.make_engine(ctx, bf16=False, lr=5e-4)
-    experiences = lab.rows(per_step, prompt, response, lab.vocab_size(bf16), seed=0)
+    experiences = lab.rows(per_step, prompt, response, seed=0)
     head = bf16.model.get_output_embeddings()
     seen: set[torch.dtype] = set()
     hook = head.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
@@ -140,7 +141,7 @@ def check_fsdp(ctx: lab.Context) -> Mapping[str, Any]:
 
     per_step, _, prompt, response = lab.sizes(ctx)
     plain = lab.make_engine(ctx, bf16=True)
-    experiences = lab.rows(per_step, prompt, response, lab.vocab_size(plain), seed=1)
+    experiences = lab.rows(per_step, prompt, response, seed=1)
     initial = {k: v.detach().cpu().clone() for k, v in plain.full_model_state().items()}
     plain_losses = lab.step_losses(plain, experiences, 3)
     with _one_rank_group() as group:
@@ -150,8 +151,11 @@ def check_fsdp(ctx: lab.Context) -> Mapping[str, Any]:
         sharded_losses = lab.step_losses(sharded, experiences, 3)
         full = sharded.full_model_state()  # a collective: every rank (here the only one) calls it
     final = {k: v.detach().cpu() for k, v in plain.full_model_state().items()}
-    moved = max(float((final[k].float() - initial[k].float()).abs().max()) for k in final)
-    diff = max(float((full[k].float() - final[k].float()).abs().max()) for k in final)
+    common = sorted(set(full) & set(final))
+    # How far the sharded run's update strays from the plain one's, over every weight at once: AdamW
+    # moves a near-zero gradient by ~lr either way, so single elements may differ by float noise.
+    moved = math.sqrt(sum(float((final[k].float() - initial[k].float()).norm()) ** 2 for k in common))
+    diff = math.sqrt(sum(float((full[k].float() - final[k].float()).norm()) ** 2 for k in common))
     loss_diff = max(abs(a - b) / abs(b) for a, b in zip(sharded_losses, plain_losses, strict=True))
     figures = {
         "backend": backend,
@@ -160,19 +164,20 @@ def check_fsdp(ctx: lab.Context) -> Mapping[str, Any]:
         "losses_fsdp": sharded_losses,
         "losses_single": plain_losses,
         "loss_max_rel_diff": loss_diff,
-        "weights_moved": moved,
-        "weights_max_diff": diff,
+        "update_norm": moved,
+        "update_rel_diff": diff / moved if moved else float("nan"),
     }
     problems = []
     if param_type != "DTensor":
         problems.append(f"parameters are {param_type}, not DTensor (fully_shard did not run)")
     if set(full) != set(final):
-        problems.append("the gathered state's names differ from the model's")
+        problems.append(f"gathered names differ from the model's: {sorted(set(full) ^ set(final))[:4]}")
     tol = 1e-2 if ctx.cuda else 1e-5  # bf16 autocast on the GPU; float32 on CPU
     if not loss_diff < tol:
         problems.append(f"losses differ by {loss_diff:.3g} (rel) >= {tol}")
-    if not (moved > 0 and diff <= 0.05 * moved + 1e-6):
-        problems.append(f"weights differ by {diff:.3g} after moving {moved:.3g}")
+    update_tol = 0.05 if ctx.cuda else 1e-3
+    if not (moved > 0 and diff <= update_tol * moved):
+        problems.append(f"the weights' update differs by {diff:.3g} (norm) of {moved:.3g} (> {update_tol})")
     if problems:
         raise CheckFailed("; ".join(problems), figures)
     return figures
@@ -190,7 +195,7 @@ def check_sync(ctx: lab.Context) -> Mapping[str, Any]:
 
     per_step, _, prompt, response = lab.sizes(ctx)
     trainer = lab.make_engine(ctx, bf16=True, lr=5e-4)
-    experiences = lab.rows(per_step, prompt, response, lab.vocab_size(trainer), seed=2)
+    experiences = lab.rows(per_step, prompt, response, seed=2)
     lab.step_losses(trainer, experiences, 2)
     state = trainer.full_model_state()
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
@@ -211,7 +216,7 @@ def check_sync(ctx: lab.Context) -> Mapping[str, Any]:
     trainer.model.eval()
     got = sequence_logprobs(rollout, tokens, prompt)
     want = sequence_logprobs(trainer.model, tokens, prompt)
-    lp_diff = float(abs(got - want).max())
+    lp_diff, lp_mean = float(abs(got - want).max()), float(abs(got - want).mean())
     figures = {
         "tensors": copied,
         "mb": nbytes / MIB,
@@ -220,15 +225,19 @@ def check_sync(ctx: lab.Context) -> Mapping[str, Any]:
         "rollout_dtype": str(next(rollout.parameters()).dtype).removeprefix("torch."),
         "mismatched": len(mismatched),
         "logprob_max_diff": lp_diff,
+        "logprob_mean_diff": lp_mean,
     }
     problems = []
     if copied != len(state):
         problems.append(f"{copied} of {len(state)} tensors copied")
     if mismatched:
         problems.append(f"{len(mismatched)} weights differ from the trainer's, e.g. {mismatched[:3]}")
-    tol = 0.25 if ctx.cuda else 1e-4  # bf16 weights and autocast-free bf16 forward vs fp32
-    if not lp_diff < tol:
-        problems.append(f"rollout and trainer logprobs differ by {lp_diff:.3g} >= {tol}")
+    low_precision = next(rollout.parameters()).dtype != torch.float32  # dtype auto: bf16 on a GPU
+    max_tol, mean_tol = (0.5, 0.1) if low_precision else (1e-4, 1e-5)
+    if not (lp_diff < max_tol and lp_mean < mean_tol):
+        problems.append(
+            f"rollout and trainer logprobs differ by max {lp_diff:.3g}, mean {lp_mean:.3g} (>= {max_tol}, {mean_tol})"
+        )
     if problems:
         raise CheckFailed("; ".join(problems), figures)
     return figures
@@ -242,7 +251,7 @@ def check_memory(ctx: lab.Context) -> Mapping[str, Any]:
     engine = lab.make_engine(ctx, bf16=True)
     if not engine.peaks.available:
         raise CheckSkipped("no per-phase memory figures on this platform (memory.py: PhasePeaks.available)")
-    experiences = lab.rows(per_step, prompt, response, lab.vocab_size(engine), seed=3)
+    experiences = lab.rows(per_step, prompt, response, seed=3)
     engine.train_step(lab.batch_of(experiences))  # the AdamW state exists from the first step on
     metrics = engine.train_step(lab.batch_of(experiences))
     figures: dict[str, Any] = {
@@ -250,8 +259,8 @@ def check_memory(ctx: lab.Context) -> Mapping[str, Any]:
     }
     floor = lab.parameter_count(engine.model) * ADAMW_BYTES_PER_PARAM / MIB
     figures["adamw_floor_mb"] = floor
-    if ctx.cuda:
-        figures["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / MIB
+    if ctx.cuda:  # what stays allocated after the step (weights, gradients, AdamW state) was there during it
+        figures["cuda_allocated_after_mb"] = torch.cuda.memory_allocated() / MIB
         figures["cuda_reserved_mb"] = torch.cuda.memory_reserved() / MIB
     phases = ("forward", "backward", "optimizer", "step")
     missing = [p for p in phases if f"{p}_peak_mb" not in figures]
@@ -266,8 +275,8 @@ def check_memory(ctx: lab.Context) -> Mapping[str, Any]:
     over = [p for p in phases if figures[f"{p}_peak_mb"] > step + 1.0]
     if over:
         problems.append(f"phases {over} peak above the whole step's {step:.0f} MiB")
-    if ctx.cuda and not step <= figures["cuda_max_allocated_mb"] + 1.0:
-        problems.append("the step's peak exceeds the allocator's own maximum")
+    if ctx.cuda and not step >= figures["cuda_allocated_after_mb"] - 1.0:
+        problems.append(f"the step's peak {step:.0f} MiB is below what is allocated after it")
     if problems:
         raise CheckFailed("; ".join(problems), figures)
     return figures
