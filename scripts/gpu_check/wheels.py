@@ -27,11 +27,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TARGET_PYTHON = "3.12"  # the device image's python3 (3.12.3, /work/.library/device/KINDS.md)
-PLATFORMS = (
-    "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_17_x86_64",
+# pip matches each --platform tag exactly, so several are named. The image's glibc is not recorded
+# (KINDS.md); a wheel of a newer tag than the image's glibc would fail there at import, which
+# `install` reports (the probe).
+PLATFORMS = tuple(f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)) + (
     "manylinux2014_x86_64",
+    "manylinux1_x86_64",
 )
 # In the device image ('cuda', KINDS.md "Python packages already there", read 2026-11-17) and used as
 # they are: torch must be the image's CUDA build; the rest are large or compiled and not pinned tight.
