@@ -139,6 +139,8 @@ def check_demo(ctx: lab.Context) -> Mapping[str, Any]:
     problems = []
     if (sft["steps"], grpo["steps"]) != (SFT_STEPS, GRPO_STEPS):
         problems.append(f"ran {sft['steps']} + {grpo['steps']} steps, not {SFT_STEPS} + {GRPO_STEPS}")
+    if not after_sft > start:
+        problems.append(f"held-out accuracy did not rise under SFT: {start:.3f} -> {after_sft:.3f}")
     if not after_grpo >= start + MIN_GAIN:
         problems.append(f"held-out accuracy {start:.3f} -> {after_grpo:.3f}: no gain of {MIN_GAIN}")
     for role in ("trainer", "rollout"):
