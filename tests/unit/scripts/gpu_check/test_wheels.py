@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from scripts.gpu_check.wheels import IMAGE_HAS, canonical, closure
+from scripts.gpu_check.wheels import IMAGE_HAS, canonical, closure, install
 
 REQUIRES = {
     "sqlalchemy": [
@@ -80,3 +80,13 @@ def test_the_project_closure_carries_what_the_device_image_lacks() -> None:
     ):
         assert needed in names, needed
     assert not set(names) & IMAGE_HAS
+
+
+def test_install_without_wheels_where_the_project_does_not_import_says_how_to_make_them(
+    tmp_path: pathlib.Path, capsys
+) -> None:
+    # `false` stands in for an interpreter that cannot import the project (a bare GPU image)
+    assert install(tmp_path / "no-wheels", tmp_path / "site", python="false") == 1
+    err = capsys.readouterr().err
+    assert "does not import" in err and "make gpu-wheels" in err
+    assert not (tmp_path / "site").exists()  # nothing installed
