@@ -13,7 +13,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -63,7 +63,7 @@ def check_bf16(ctx: lab.Context) -> Mapping[str, Any]:
     bf16 = lab.make_engine(ctx, bf16=True, lr=5e-4)
     fp32 = lab.make_engine(ctx, bf16=False, lr=5e-4)
     experiences = lab.rows(per_step, prompt, response, seed=0)
-    head = bf16.model.get_output_embeddings()
+    head = cast(Any, bf16.model).get_output_embeddings()
     seen: set[torch.dtype] = set()
     hook = head.register_forward_hook(lambda _m, _i, out: seen.add(out.dtype))
     try:
@@ -200,7 +200,7 @@ def check_sync(ctx: lab.Context) -> Mapping[str, Any]:
     state = trainer.full_model_state()
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     t0 = time.perf_counter()
-    path, files = write_checkpoint(state, ctx.work / "sync", 2, config=trainer.model.config.to_dict())
+    path, files = write_checkpoint(state, ctx.work / "sync", 2, config=cast(Any, trainer.model).config.to_dict())
     write_s = time.perf_counter() - t0
     rollout = load_causal_lm(lab.MODEL, dtype="auto", device=ctx.device, seed=lab.SEED + 1)
     _sync()
