@@ -200,7 +200,9 @@ def check_sync(ctx: lab.Context) -> Mapping[str, Any]:
     state = trainer.full_model_state()
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
     t0 = time.perf_counter()
-    path, files = write_checkpoint(state, ctx.work / "sync", 2, config=cast(Any, trainer.model).config.to_dict())
+    path, files = write_checkpoint(
+        state, ctx.work / "sync", 2, config=cast(Any, trainer.model).config.to_dict()
+    )
     write_s = time.perf_counter() - t0
     rollout = load_causal_lm(lab.MODEL, dtype="auto", device=ctx.device, seed=lab.SEED + 1)
     _sync()
