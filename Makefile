@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 PIP := $(BIN)/python -m pip
 , := ,
 
-.PHONY: all setup demo test test-deploy test-view image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm demo-agent
+.PHONY: all setup demo test test-gpu gpu-wheels test-deploy test-view image test-vllm setup-vllm setup-agentscope test-agentscope model-smollm2 bench-vllm protos proto-baseline lint bench clean demo-llm demo-agent
 
 all: test
 
@@ -176,6 +176,20 @@ demo-llm: $(VLLM_STAMP) model-smollm2
 # Ends with summary.json and plot.png in runs/trinity-grpc-examples/smollm2-agent-seed<N>/ (docs/serve.md).
 demo-agent: $(STAMP) $(VLLM_STAMP) model-smollm2
 	TRINITY_ENGINE=$${TRINITY_ENGINE:-vllm} $(VLLM_BIN)/python examples/serve_agent/demo.py
+
+# ---- the GPU check (docs/gpu.md) ----------------------------------------------------------------
+# test-gpu runs scripts/gpu_check (PASS/FAIL/SKIP per check, a JSON summary, exit 1 on a FAIL) with
+# .venv's python where there is one, else python3 (a GPU machine's own, with its CUDA torch); it
+# installs nothing from the network: where the project does not import with that python's packages,
+# the wheels carried in .whl/ (made here by `make gpu-wheels`) go into /tmp/trinity-gpu-site first.
+# Without a CUDA device the CUDA-only checks SKIP and the rest run on CPU. GPU_CHECK_ARGS: e.g.
+# --require-cuda, --only bf16,fsdp, --cpu.
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+test-gpu:
+	GPU_PY=$(GPU_PY) sh scripts/test_gpu.sh $(GPU_CHECK_ARGS)
+
+gpu-wheels: $(STAMP)
+	$(BIN)/python -m scripts.gpu_check.wheels download --dest .whl
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) tools/node/node_modules runs

@@ -1,6 +1,6 @@
 """Tokens/s of one training step of our loop vs a bare torch loop, same model size, same batches.
 
-    .venv/bin/python benchmarks/trainer_step.py [--quick] [--device cpu|cuda]
+    .venv/bin/python benchmarks/trainer_step.py [--quick] [--device cpu|cuda] [--out FILE]
 
 Ours: Experiences → build_batch (response-aligned padding, length-bucketed micro-batches) →
 TrainEngine.train_step with the `sft` algorithm from the algorithm library (masked token-mean NLL,
@@ -98,6 +98,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small batches, 2 timed steps")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--model", default="builtin:tiny-30m")
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=RESULTS / "trainer_step.json", help="where the JSON goes"
+    )
     args = parser.parse_args()
     quick = args.quick
     # Sized for a shared 2-core CPU (a full run stays well under 3 minutes there).
@@ -169,8 +172,8 @@ def main() -> None:
             "baseline_per_step": [round(x, 1) for x in bare_tps],
         },
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "trainer_step.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result))
 
 

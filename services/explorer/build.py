@@ -68,6 +68,13 @@ def build_engine(
     from services.models.loading import context_length, load_causal_lm
 
     model = load_causal_lm(path, dtype=dtype, device=pick_device(), seed=cfg.model.seed)
+    log.info(
+        "rollout_engine_built",
+        engine="transformers",
+        index=index,
+        device=str(model.device),
+        dtype=str(model.dtype),
+    )
     limit = context_length(model)
     if limit is not None and cfg.model.effective_max_model_len > limit:
         log.warning(

@@ -128,6 +128,12 @@ def build_engine(cfg: TrinityConfig, *, device: str | None = None, dist: Any = N
     engine = TrainEngine(
         model, algorithm, settings, ref_model=ref_model, critic=critic, device=device, dist=dist
     )
+    log.info(
+        "trainer_engine_built",
+        device=str(engine.device),
+        dtype=dtype,
+        bf16_autocast=engine.device.type == "cuda" and settings.bf16,
+    )
     state = None
     if latest:
         engine.load_state_dict(load_engine_state(latest[1], map_location=device))

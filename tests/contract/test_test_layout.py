@@ -1,14 +1,15 @@
 """The unit tests mirror the package tree, so the test of a module is one hop away:
 services/<pkg>/<module>.py is tested under tests/unit/<pkg>/ (test_<module>.py where one module has its
 own file), and a folder of the repository that is not a package (deploy/, examples/, docs/,
-benchmarks/) under tests/unit/<folder>/. Shared fakes live in tests/fakes/."""
+benchmarks/) or a package of its tools (scripts/) under tests/unit/<folder>/. Shared fakes live in
+tests/fakes/."""
 
 from __future__ import annotations
 
 from tests.conftest import REPO
 
 UNIT = REPO / "tests" / "unit"
-REPO_FOLDERS = {"deploy", "examples", "docs", "benchmarks"}
+REPO_FOLDERS = {"deploy", "examples", "docs", "benchmarks", "scripts"}
 
 
 def test_no_unit_test_sits_outside_the_mirrored_tree() -> None:
