@@ -135,6 +135,17 @@ class _Interceptor(grpc.aio.ServerInterceptor):
 
         return guard
 
+    async def _abort_for(self, context: Any, method: str, exc: Exception) -> None:
+        """The status a handler's exception becomes: a domain error's own, UNIMPLEMENTED for a
+        base-class method, INTERNAL (logged with its traceback) for anything else."""
+        if isinstance(exc, errors.TrinityError):
+            await _abort_with(context, exc)
+        elif isinstance(exc, NotImplementedError):
+            await _abort_with(context, self._unimplemented(method))
+        else:
+            log.exception("rpc_failed", method=method)
+            await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+
     def _unimplemented(self, method: str) -> errors.Unimplemented:
         return errors.Unimplemented(
             f"{method} is declared in the protos but this {self._service} server does not serve it yet"
@@ -147,15 +158,10 @@ class _Interceptor(grpc.aio.ServerInterceptor):
                 try:
                     result = behavior(request_or_iterator, context)
                     return await result if inspect.isawaitable(result) else result
-                except errors.TrinityError as exc:
-                    await _abort_with(context, exc)
-                except NotImplementedError:
-                    await _abort_with(context, self._unimplemented(method))
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     raise
                 except Exception as exc:
-                    log.exception("rpc_failed", method=method)
-                    await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+                    await self._abort_for(context, method, exc)
 
         return wrapped
 
@@ -171,15 +177,10 @@ class _Interceptor(grpc.aio.ServerInterceptor):
                     else:  # a base-class (unimplemented) method or a sync iterator
                         for item in result:
                             yield item
-                except errors.TrinityError as exc:
-                    await _abort_with(context, exc)
-                except NotImplementedError:
-                    await _abort_with(context, self._unimplemented(method))
                 except (asyncio.CancelledError, grpc.aio.AbortError):
                     raise
                 except Exception as exc:
-                    log.exception("rpc_failed", method=method)
-                    await _abort_with(context, errors.TrinityError(f"internal error in {method}: {exc!r}"))
+                    await self._abort_for(context, method, exc)
 
         return wrapped
 
