@@ -202,3 +202,13 @@ def pinned_cpus(label: str, spec: str | None = None) -> list[int] | None:
         if name.strip() == label:
             found = chosen
     return found
+
+
+def pin_prefix(label: str, env: dict[str, str]) -> list[str]:
+    """The `taskset -c CPUS` prefix of child `label`'s command when $TRINITY_PIN_CPUS pins it (and
+    one torch thread per pinned core in `env`: one device each, on one machine); [] when not pinned."""
+    cpus = pinned_cpus(label)
+    if cpus is None:
+        return []
+    env["OMP_NUM_THREADS"] = str(len(cpus))
+    return ["taskset", "-c", ",".join(map(str, cpus))]

@@ -39,6 +39,7 @@ from services.cli.prepare import (
     WORKERS_OF_MODE,
     child_env,
     fresh_run_overrides,
+    pin_prefix,
     pinned_cpus,
     preflight,
     prepare_data,
@@ -113,11 +114,7 @@ class StageRunner:
         log_file = open(log_path, "ab", buffering=0)  # noqa: ASYNC230, SIM115 - closed in stop_all
         args = [arg for item in overrides for arg in ("--set", item)]
         env = child_env(alone=alone)
-        cpus = pinned_cpus(label)
-        pin: list[str] = []
-        if cpus is not None:  # one device each, on one machine: its own cores, a torch thread per core
-            pin = ["taskset", "-c", ",".join(map(str, cpus))]
-            env["OMP_NUM_THREADS"] = str(len(cpus))
+        pin = pin_prefix(label, env)
         proc = await asyncio.create_subprocess_exec(
             *pin,
             sys.executable,

@@ -115,3 +115,11 @@ def test_explorer_replicas_get_their_own_name_ports_and_no_evals() -> None:
     assert items["buffer.explorer_input.eval_tasksets"] == "[]"
     plain = dict(item.split("=", 1) for item in prepare.replica_overrides(load_config(None), 2))
     assert "services.explorer.metrics_port" not in plain
+
+
+def test_a_pinned_child_runs_under_taskset_with_a_thread_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("TRINITY_PIN_CPUS", "explorer=0+1")
+    env = {"OMP_NUM_THREADS": "1"}
+    assert prepare.pin_prefix("explorer", env) == ["taskset", "-c", "0,1"] and env["OMP_NUM_THREADS"] == "2"
+    assert prepare.pin_prefix("trainer", env) == [] and env["OMP_NUM_THREADS"] == "2"
