@@ -4,6 +4,7 @@ the final weights, the services' processes of a run (to SIGKILL them), and the r
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pathlib
@@ -72,12 +73,40 @@ def kill_all(marker: str) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def wait_for(what: str, predicate: Callable[[], bool], proc: subprocess.Popen, timeout: float) -> None:
+def wait_for(
+    what: str, predicate: Callable[[], bool], proc: subprocess.Popen, timeout: float, every: float = 0.2
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert proc.poll() is None, f"trinity run exited ({proc.returncode}) while waiting for {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(every)
+
+
+def kill_trainer_past_a_checkpoint(
+    run_dir: pathlib.Path, save_interval: int, min_steps: int, proc: subprocess.Popen, timeout: float
+) -> int:
+    """SIGKILL the run's trainer one or more steps past a checkpoint, never on one; returns its last step.
+
+    The tiny model trains several steps per 0.2 s between checkpoint saves, so a slow poll sees only
+    checkpoint steps (CI saw the whole run end first). This polls every 5 ms and stops the trainer
+    (SIGSTOP) at each new step record once it has `min_steps`: if its last step is not a checkpoint
+    step it is killed as it stands, else it goes on (SIGCONT) and is caught at a later step.
+    """
+    deadline = time.monotonic() + timeout
+    seen = min_steps - 1
+    while True:
+        left = deadline - time.monotonic()
+        more = functools.partial(lambda n: len(progress(run_dir)) > n, seen)
+        wait_for(f"trainer step record {seen + 1}", more, proc, left, every=0.005)
+        [trainer] = child_pids(str(run_dir), "trainer")
+        os.kill(trainer, signal.SIGSTOP)
+        rows = progress(run_dir)
+        if rows[-1]["step"] % save_interval:
+            os.kill(trainer, signal.SIGKILL)
+            return int(rows[-1]["step"])
+        os.kill(trainer, signal.SIGCONT)
+        seen = len(rows)
 
 
 def start_run(config: pathlib.Path, log: pathlib.Path) -> subprocess.Popen:

@@ -32,6 +32,7 @@ from tests.integration.drills import (
     finish,
     in_weights,
     kill_all,
+    kill_trainer_past_a_checkpoint,
     progress,
     start_run,
     wait_for,
@@ -137,11 +138,9 @@ def test_killed_services_and_runner_continue_the_run(tmp_path: pathlib.Path) -> 
     try:
         proc = start_run(config, log)
         procs.append(proc)
-        # killed one or two steps past a checkpoint (save_interval 5), never on one, so its last
-        # steps are not in the checkpoint it resumes from (a fast machine ran past 8 to 10 once)
-        wait_for("trainer step 11 or 12", lambda: len(steps()) >= 8 and steps()[-1] % 5 in (1, 2), proc, 240)
-        [trainer] = child_pids(marker, "trainer")
-        os.kill(trainer, signal.SIGKILL)
+        # killed past a checkpoint (save_interval 5), never on one, so its last steps are not in the
+        # checkpoint it resumes from
+        kill_trainer_past_a_checkpoint(run_dir, 5, 8, proc, 240)
         wait_for(
             "the trainer's restart",
             lambda: "trainer exited with code -9; restarting it" in log.read_text(),

@@ -20,14 +20,13 @@ import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
 from tests.integration.drills import (
-    child_pids,
     events,
     finish,
     in_weights,
     kill_all,
+    kill_trainer_past_a_checkpoint,
     progress,
     start_run,
-    wait_for,
 )
 from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
@@ -99,14 +98,11 @@ def test_a_trainer_killed_in_a_fully_async_run_loses_nothing_uncounted(tmp_path:
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     run_dir = tmp_path / "runs" / "fa" / "run"
     log = tmp_path / "run.log"
-    steps = lambda: [row["step"] for row in progress(run_dir)]  # noqa: E731
     proc: subprocess.Popen[bytes] | None = None
     try:
         proc = start_run(config, log)
-        # one or two steps past a checkpoint (save_interval 4), so its last steps are lost with it
-        wait_for("trainer step 5 or 6", lambda: len(steps()) >= 5 and steps()[-1] % 4 in (1, 2), proc, 240)
-        [trainer] = child_pids(str(run_dir), "trainer")
-        os.kill(trainer, signal.SIGKILL)
+        # past a checkpoint (save_interval 4), never on one, so its last steps are lost with it
+        kill_trainer_past_a_checkpoint(run_dir, 4, 5, proc, 240)
         out = finish(proc, log, timeout=400)
     finally:
         if proc is not None:

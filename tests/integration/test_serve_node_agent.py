@@ -48,16 +48,20 @@ def test_the_node_agent_trains_through_the_proxy(tmp_path: pathlib.Path) -> None
         assert [s["step"] for s in steps] == [1, 2] and all(s["episodes"] == 4 for s in steps)
         evals = [json.loads(line) for line in out.read_text().splitlines()]
         assert [e["step"] for e in evals] == [0, 2] and all(e["model_version"] == 0 for e in evals)
+        # each episode is one experience of two turns, unless the tiny model's reply broke the echo:
+        # then its session splits into two one-turn experiences (info["splits"]), same group and reward
         rows = stack.read(8)
-        assert len(rows) == 8 and {r.reward for r in rows} <= REWARDS
+        stats = stack.stats()["counters"]
+        assert stats["sessions_committed"] == 8
+        rows += stack.read(stats["experiences_written"] - 8, wait=5.0)
+        assert len(rows) == stats["experiences_written"] and {r.reward for r in rows} <= REWARDS
         assert len({r.group_id for r in rows}) == 4  # 2 steps x 2 questions, 2 episodes each
-        # each episode is one experience of two turns, unless the tiny model's reply broke the echo
         two_turns = [r for r in rows if int(r.info["turns"]) == 2]
-        assert len(two_turns) >= 6
+        split = [r for r in rows if int(r.info["turns"]) != 2]
+        assert len(two_turns) >= 6 and len(two_turns) + len(split) / 2 == 8
+        assert all(int(r.info["turns"]) == 1 and int(r.info["splits"]) >= 1 for r in split)
         for row in two_turns:  # reply 1 sampled, the follow-up not, reply 2 sampled
             mask = row.action_mask.tolist()
             assert mask[0] and mask[-1] and not all(mask)
-        stats = stack.stats()["counters"]
-        assert stats["experiences_written"] == 8 and stats["sessions_committed"] == 8
     finally:
         stack.stop_all()
