@@ -4,7 +4,8 @@ One step:
 1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, and
    a restarted explorer first asks for the last batch it was handed again (repeat_last), so a step
    killed midway is redone, not lost. Step = batch_index + 1.
-2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
+2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any. Under
+   fully_async a version published during the step may load between two tokens (mid_step.py).
 3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
 4-5. Experience pipeline (filters, shaping, optional group advantages). With dynamic sampling
    (dapo_dynamic_sampling) 3-5 repeat on further task batches of the same step until it has
@@ -33,6 +34,7 @@ from services.common.experience import Task as WireTask
 from services.common.logging import get_logger
 from services.common.monitor import peak_rss_mb
 from services.explorer.eval import Evaluator
+from services.explorer.mid_step import partial_rows
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.pipeline.input_log import PipelineInputLog
 from services.explorer.pipeline.step_wise import explorer_side_advantage
@@ -126,6 +128,7 @@ class Explorer:
         self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
         self.last_dropped: Counter[str] = Counter()  # the last step's pipeline drops, by reason
+        self.last_partial: list[dict[str, Any]] = []  # the last step's rows of several versions
         self.refill_read_s = 0.0  # the step's extension reads (refill), part of its read_tasks time
         self.write_tail_s = 0.0  # the step's writes after its rounds' last rollouts (not streamed)
         self.last_eval: dict[str, float] = {}  # the latest eval scores ("eval/<taskset>/<metric>")
@@ -165,6 +168,9 @@ class Explorer:
             previous, self.model_version = self.model_version, loaded
             log.info("weights_loaded", step=step, version=loaded, previous=previous)
         return time.perf_counter() - t0
+
+    def _loaded_mid_step(self, version: int) -> None:
+        self.model_version = version  # the engines hold it (weight_sync logs the load)
 
     # --- steps -----------------------------------------------------------------------------------
 
@@ -270,14 +276,19 @@ class Explorer:
         self.state = "exploring"
         t0, self.refill_read_s, self.write_tail_s = time.perf_counter(), 0.0, 0.0
         budget = StepBudget(self.cfg.buffer.batch_size if self.pipeline.refills else None)
-        sampled = await sample_step(
-            await self.run_round(step, wire_tasks, 0, budget),
-            more=lambda index: self.refill_round(step, index, budget),
-            wanted=self.cfg.buffer.batch_size,
-            max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
-            step=step,
-        )
+        loads = self.weights.during_step(step, self._loaded_mid_step)  # partial rollouts (mid_step.py)
+        try:
+            sampled = await sample_step(
+                await self.run_round(step, wire_tasks, 0, budget),
+                more=lambda index: self.refill_round(step, index, budget),
+                wanted=self.cfg.buffer.batch_size,
+                max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
+                step=step,
+            )
+        finally:
+            loaded_mid_step = await loads.close()
         exps = sampled.experiences
+        self.last_partial = partial_rows(exps)
         metrics = rollout_metrics(sampled.results, sampled.rows, sampled.rollout_seconds)
         metrics.update(sampled.metrics)
         metrics.update(extra or {})
@@ -286,6 +297,8 @@ class Explorer:
                 "time/read_tasks_s": metrics.get("time/read_tasks_s", 0.0) + self.refill_read_s,
                 "rollout/model_version": float(self.model_version),
                 "rollout/written": float(len(exps)),
+                "rollout/mid_step_loads": float(len(loaded_mid_step)),
+                "rollout/partial_rows": float(len(self.last_partial)),
                 "time/write_s": self.write_tail_s,
                 "time/step_s": time.perf_counter() - t0,
                 "memory/peak_rss_mb": peak_rss_mb(),
@@ -338,6 +351,7 @@ class Explorer:
             "step": step,
             "metrics": {k: v for k, v in metrics.items() if k.startswith(("time/", "memory/"))},
             "dropped": dict(self.last_dropped),
+            "partial": self.last_partial,  # rows sampled by two versions or more (mid_step.py)
         }
         path = os.path.join(self.cfg.run_dir, "explorer", f"progress-{self.name}.jsonl")
         os.makedirs(os.path.dirname(path), exist_ok=True)
