@@ -72,7 +72,11 @@ class MidStepWatch(StepLoads):
         self._task = asyncio.create_task(self._run(), name=f"mid-step-load-{step}")
 
     async def _run(self) -> None:
-        version = await self._next_version()
+        try:
+            version = await self._next_version()
+        except Exception as exc:  # noqa: BLE001 - the synchronizer is unreachable: the boundary check retries
+            log.warning("mid_step_wait_failed", step=self.step, error=f"{type(exc).__name__}: {exc}")
+            return
         self.fetching = True  # from here on the load is finished, not cancelled (no await before)
         loaded = await self._load(version)
         self.loaded.append(loaded)

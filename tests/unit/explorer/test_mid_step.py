@@ -107,3 +107,15 @@ def test_the_hold_hook_takes_a_token_index_from_the_environment(monkeypatch: pyt
     monkeypatch.setenv("TRINITY_TEST_HOLD_TOKEN", "0")
     with pytest.raises(ValueError, match="TRINITY_TEST_HOLD_TOKEN"):
         hold_token()
+
+
+async def test_a_failed_wait_loads_nothing_and_leaves_the_step_to_the_boundary_check() -> None:
+    async def next_version() -> int:
+        raise ConnectionError("synchronizer unreachable")
+
+    async def load(version: int) -> int:
+        raise AssertionError("nothing to load")
+
+    watch = MidStepWatch(3, next_version, load, lambda v: None)
+    await asyncio.sleep(0)
+    assert await watch.close() == []
