@@ -34,6 +34,9 @@ import torch
 from torch import Tensor, nn
 
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.logging import get_logger
+
+log = get_logger("trainer.ulysses")
 
 KEY = "trainer.ulysses_sequence_parallel_size"
 SUPPORTED = ("llama", "qwen2", "qwen3", "gpt2")
@@ -280,4 +283,5 @@ def setup_sequence_parallel(dist_ctx: Any, size: int, *models: nn.Module | None)
     for m in models:
         if m is not None and hasattr(m, "backbone"):
             cast(Any, m).sequence_parallel = sp  # a modeling.ValueModel
+    log.info("sequence_parallel", size=size, group_rank=sp.rank, dp_rank=sp.dp_rank, dp_size=sp.dp_size)
     return sp
