@@ -7,7 +7,8 @@ Cases: a tiny Llama with grouped-query attention (4 heads, 2 key/value heads) tr
 a k2 KL loss against a reference model and an entropy bonus; the same Llama with one key/value head
 (repeated to 2 before the all-to-all) trained by PPO with a Llama critic and gradient checkpointing;
 the builtin GPT-2 by GRPO. Rows are 5 to 8 tokens long, so micro-batches of odd width are padded to
-an even one for the split.
+an even one for the split. With --nproc_per_node 4 the same cases run as two data-parallel groups
+of two (each group one micro-batch) and give the same numbers (checked by hand, not in the suite).
 """
 
 from __future__ import annotations
