@@ -41,8 +41,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "ulysses_sequence_parallel_size, Trinity's rule, resolved at load",
     ),
     "trainer.ulysses_sequence_parallel_size": KeyMeaning(
-        "rejected",
-        "1 accepted (no sequence parallelism); > 1 rejected: use use_dynamic_bsz, gradient_checkpointing or fsdp2",
+        "mapped",
+        "Ulysses sequence parallelism of the fsdp2 trainer: each sequence split over N torchrun ranks, "
+        "all-to-all around attention (Llama, Qwen2, Qwen3, GPT-2); needs strategy fsdp2 on a multiple "
+        "of N ranks, checked when the trainer starts; docs/sequence_parallel.md",
     ),
     "trainer.trainer_config": KeyMeaning(
         "mapped",
