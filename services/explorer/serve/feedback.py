@@ -5,8 +5,9 @@ whole session) is checked whole before anything changes: an unknown id is 404, a
 410, a different reward for something already rewarded (or a change to a committed session) 409,
 and the same feedback again changes nothing (at-least-once clients are safe).
 
-Commit closes sessions: each chain of a session becomes an experience (chains.py) with the reward
-of its latest rewarded response, else the session's; chains without one are dropped and counted.
+Commit closes sessions: each chain of a session becomes an experience (chains.py) whose turns
+carry their responses' rewards (each feedback call once per chain) and whose end carries the
+session's; chains without any are dropped and counted.
 A session is filed under its task id (the commit's, else its feedback's, else its own id); every
 `group_size` (algorithm.repeat_times) sessions of one task id make a group, written to the buffer
 together so that group advantages (GRPO) compare the rollouts of one task. A commit is acknowledged
