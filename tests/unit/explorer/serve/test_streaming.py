@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 import numpy as np
+import openai
 import pytest
 from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
@@ -111,3 +112,24 @@ async def test_streamed_text_completions_keep_each_choice_apart(served) -> None:
     turns = await p.history.run(load_turns, "st-2")
     assert texts == [t.response_text for t in turns]
     assert finishes == [t.finish_reason for t in turns]
+
+
+async def test_an_engine_failure_mid_stream_is_an_error_event_and_records_nothing(served) -> None:
+    p, client = served
+
+    def before(t: int) -> None:
+        if t == 2:
+            raise RuntimeError("the engine fell over")
+
+    p.engine.before_token = before
+    stream = await client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "1+1="}],
+        max_tokens=TOKENS,
+        stream=True,
+        extra_body={"min_tokens": TOKENS, "session_id": "st-3"},
+    )
+    with pytest.raises(openai.APIError, match="the engine fell over"):
+        async for _chunk in stream:
+            pass
+    assert await p.history.run(load_turns, "st-3") == [] and p.core.in_flight == 0
