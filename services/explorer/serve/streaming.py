@@ -156,15 +156,15 @@ async def stream_completion(
             writer.cancel()
             log.exception("serve_stream_failed", response_id=prepared.response_id)
             return await _fail(response, exc)
-    # recorded whether or not the client is still there: the engine sampled it
-    done = await core.record(prepared, request, version, outputs)
     try:
+        # recorded whether or not the client is still there: the engine sampled it
+        done = await core.record(prepared, request, version, outputs)
         await writer
         for chunk in streams.closing(done, [o.response_ids.tolist() for o in outputs]):
             await _send(response, chunk)
-    except (ConnectionError, asyncio.CancelledError):
+    except ConnectionError:  # the turn is recorded; nobody to tell
         log.info("serve_stream_client_gone", response_id=prepared.response_id)
-        raise
+        return response
     except Exception as exc:  # noqa: BLE001 - the status is sent: the error goes in the stream
         log.exception("serve_stream_failed", response_id=prepared.response_id)
         return await _fail(response, exc)
@@ -182,7 +182,10 @@ async def _pump(stream: TokenStream, streams: ChoiceStreams, response: web.Strea
 
 
 async def _fail(response: web.StreamResponse, exc: Exception) -> web.StreamResponse:
-    await _send(response, ApiError(500, f"{type(exc).__name__}: {exc}").body())
+    """After the headers: the error as OpenAI's JSON body in the stream (a 409 for a session committed
+    meanwhile, else a 500), then the end."""
+    error = exc if isinstance(exc, ApiError) else ApiError(500, f"{type(exc).__name__}: {exc}")
+    await _send(response, error.body())
     return await _end(response)
 
 
