@@ -1,7 +1,8 @@
 """The explorer's step loop (gRPC-free): read tasks, sync weights, roll out, process, write, report.
 
 One step:
-1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, and
+1. ReadTasks(batch_size) from the training taskset (or the mix of buffer.explorer_input.tasksets,
+   services/buffer/kinds/mix.py: each task keeps its own set's workflow and reward fn); the buffer persists the cursor per reader, and
    a restarted explorer first asks for the last batch it was handed again (repeat_last), so a step
    killed midway is redone, not lost. Step = batch_index + 1.
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
@@ -59,7 +60,8 @@ class TaskResolver:
         if not wire.workflow:
             raise InvalidArgument(
                 f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set "
-                "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow)",
+                "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow), or that of "
+                "its item of buffer.explorer_input.tasksets",
                 field="buffer.explorer_input.taskset.default_workflow_type",
             )
         return Task.from_wire(
@@ -98,7 +100,12 @@ class Explorer:
             self.pipeline.operators.append(advantage)
         self.input_log = PipelineInputLog.from_config(cfg)
         inputs = cfg.buffer.explorer_input
-        self.taskset = inputs.taskset
+        self.taskset = inputs.training_reader  # "" when explore mode has nothing to read
+        self.feedback_sets = {  # tasksets that choose their tasks by the pass rates the explorer reports
+            (ts.name or "taskset")
+            for _key, ts in inputs.training_tasksets()
+            if ts.selector.selector_type == "difficulty_based"
+        }
         self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name
         self.evaluator = Evaluator(
             buffer=buffer,
@@ -112,7 +119,7 @@ class Explorer:
             buffer,
             buffer_name=self.experience_buffer,
             explorer=self.name,
-            taskset=self.taskset.name if self.taskset else "",
+            taskset=self.taskset,
             chunk=min(WRITE_CHUNK, cfg.buffer.max_batch_items),
         )
         if self.pipeline.batch_level:
@@ -170,9 +177,10 @@ class Explorer:
 
     async def run(self) -> None:
         """Steps until the taskset ends, then close the writer on the experience buffer."""
-        if self.taskset is None:
+        if not self.taskset:
             raise InvalidArgument(
-                "explore mode needs buffer.explorer_input.taskset", field="buffer.explorer_input.taskset"
+                "explore mode needs buffer.explorer_input.taskset (or tasksets)",
+                field="buffer.explorer_input.taskset",
             )
         await self.buffer.open_writer(self.experience_buffer, self.name)
         first = True
@@ -183,7 +191,7 @@ class Explorer:
             # keys, which adds nothing).
             t_tasks = time.perf_counter()
             batch = await self.buffer.read_tasks(
-                self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
+                self.taskset, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
             )
             read_tasks_s = time.perf_counter() - t_tasks
             if batch.end_of_data and not batch.tasks:
@@ -256,10 +264,9 @@ class Explorer:
 
     async def refill_round(self, step: int, index: int, budget: StepBudget) -> Round | None:
         """Round `index` of step `step` on the next tasks of the step's batch; None: the taskset ended."""
-        assert self.taskset is not None
         t0 = time.perf_counter()
         more = await self.buffer.read_tasks(
-            self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
+            self.taskset, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
         )
         self.refill_read_s += time.perf_counter() - t0
         return await self.run_round(step, more.tasks, index, budget) if more.tasks else None
@@ -308,11 +315,11 @@ class Explorer:
         return metrics
 
     async def report_feedback(self, results: list[UnitResult]) -> None:
-        if self.taskset is None or self.taskset.selector.selector_type != "difficulty_based":
-            return
-        rates = pass_rates(results)
-        if rates:
-            await self.buffer.report_task_feedback(self.taskset.name, rates)
+        """Pass rates to each difficulty_based taskset, for the tasks it handed out."""
+        for name in sorted(self.feedback_sets):
+            rates = pass_rates([r for r in results if r.task.taskset == name])
+            if rates:
+                await self.buffer.report_task_feedback(name, rates)
 
     async def evaluate(self, step: int, names: list[str] | None = None) -> dict[str, float]:
         async with self.weights_lock:
