@@ -292,7 +292,7 @@ class ExplorerInputConfig(Section):
                 "buffer.explorer_input.tasksets: taskset and tasksets are both set (Trinity refuses it "
                 "too); give one taskset as taskset, or list them all under tasksets"
             )
-        names = [ts.name for ts in self.tasksets if ts.name]
+        seen: set[str] = set()
         for i, ts in enumerate(self.tasksets):
             key = f"buffer.explorer_input.tasksets[{i}]"
             if ts.storage_type != "file":
@@ -300,8 +300,10 @@ class ExplorerInputConfig(Section):
                     f"{key}.storage_type: {ts.storage_type!r}; mixed training tasksets are read from files "
                     "(jsonl/parquet/dataset directory), as Trinity's TasksetScheduler: use storage_type file"
                 )
-            if ts.name and names.count(ts.name) > 1:
-                raise ValueError(f"{key}.name: {ts.name!r} names two tasksets; give each its own name")
+            name = ts.name or f"taskset_{i}"  # an unnamed one's name (services/common/config/tasksets.py)
+            if name in seen:
+                raise ValueError(f"{key}.name: {name!r} names two tasksets; give each its own name")
+            seen.add(name)
         sets = ([self.taskset] if self.taskset else []) + self.tasksets + self.eval_tasksets
         if any(ts.name == MIX_NAME for ts in sets):
             raise ValueError(
