@@ -54,15 +54,28 @@ class TaskResolver:
 
     Every setting of a task (workflow, reward fn, repeat_times, rollout/format/workflow args) was
     decided once, by services/common/config/tasksets.py, and arrives on the wire from the buffer.
+    `keys` maps a taskset's name to its config key, for errors (default: the one training taskset).
     """
+
+    def __init__(self, keys: dict[str, str] | None = None) -> None:
+        self.keys = keys or {}
+
+    @classmethod
+    def from_config(cls, cfg: TrinityConfig) -> TaskResolver:
+        inputs = cfg.buffer.explorer_input
+        keys = {ts.name or "taskset": key for key, ts in inputs.training_tasksets()}
+        keys |= {
+            ts.name: f"buffer.explorer_input.eval_tasksets[{i}]" for i, ts in enumerate(inputs.eval_tasksets)
+        }
+        return cls(keys)
 
     def __call__(self, wire: WireTask, batch_id: int) -> Task:
         if not wire.workflow:
+            key = self.keys.get(wire.taskset, "buffer.explorer_input.taskset") + ".default_workflow_type"
             raise InvalidArgument(
-                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set "
-                "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow), or that of "
-                "its item of buffer.explorer_input.tasksets",
-                field="buffer.explorer_input.taskset.default_workflow_type",
+                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set {key} "
+                "(e.g. math_workflow) or buffer.explorer_input.default_workflow_type",
+                field=key,
             )
         return Task.from_wire(
             wire,
@@ -92,7 +105,7 @@ class Explorer:
         self.runner = runner
         self.weights = weights
         self.monitor = monitor
-        self.resolve = TaskResolver()
+        self.resolve = TaskResolver.from_config(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
         advantage = explorer_side_advantage(cfg)
