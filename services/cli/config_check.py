@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from services.common.config import TrinityConfig, load_raw
+from services.common.config.buffer import StorageConfig
 from services.common.errors import ConfigError, TrinityError
 
 EXPLORING_MODES = ("both", "explore", "bench")
@@ -149,8 +150,8 @@ def _check_sync_plan(stage: TrinityConfig, prefix: str, report: Report) -> None:
 def _storages(stage: TrinityConfig) -> Iterator[tuple[str, str | None, str]]:
     """(key, path, storage_type) of every buffer section the stage's mode reads."""
     inputs = stage.buffer.explorer_input
-    if inputs.taskset is not None and stage.mode in ("both", "explore"):
-        yield "buffer.explorer_input.taskset", inputs.taskset.path, inputs.taskset.storage_type
+    for key, section in inputs.training_tasksets() if stage.mode in ("both", "explore") else []:
+        yield key, section.path, section.storage_type
     for i, eval_set in enumerate(inputs.eval_tasksets if stage.mode in EXPLORING_MODES else []):
         yield f"buffer.explorer_input.eval_tasksets[{i}]", eval_set.path, eval_set.storage_type
     if stage.mode not in ("both", "train"):
@@ -189,7 +190,8 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
     from services.explorer.workflows import WORKFLOWS
 
     inputs = stage.buffer.explorer_input
-    sections = [("buffer.explorer_input.taskset", inputs.taskset)] if stage.mode != "bench" else []
+    sections: list[tuple[str, StorageConfig | None]] = []
+    sections += inputs.training_tasksets() if stage.mode != "bench" else []
     sections += [(f"buffer.explorer_input.eval_tasksets[{i}]", s) for i, s in enumerate(inputs.eval_tasksets)]
     for key, section in sections:
         if section is None:

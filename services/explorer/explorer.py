@@ -1,7 +1,8 @@
 """The explorer's step loop (gRPC-free): read tasks, sync weights, roll out, process, write, report.
 
 One step:
-1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, and
+1. ReadTasks(batch_size) from the training taskset (or the mix of buffer.explorer_input.tasksets,
+   services/buffer/kinds/mix.py: each task keeps its own set's workflow and reward fn); the buffer persists the cursor per reader, and
    a restarted explorer first asks for the last batch it was handed again (repeat_last), so a step
    killed midway is redone, not lost. Step = batch_index + 1.
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
@@ -53,14 +54,28 @@ class TaskResolver:
 
     Every setting of a task (workflow, reward fn, repeat_times, rollout/format/workflow args) was
     decided once, by services/common/config/tasksets.py, and arrives on the wire from the buffer.
+    `keys` maps a taskset's name to its config key, for errors (default: the one training taskset).
     """
+
+    def __init__(self, keys: dict[str, str] | None = None) -> None:
+        self.keys = keys or {}
+
+    @classmethod
+    def from_config(cls, cfg: TrinityConfig) -> TaskResolver:
+        inputs = cfg.buffer.explorer_input
+        keys = {ts.name or "taskset": key for key, ts in inputs.training_tasksets()}
+        keys |= {
+            ts.name: f"buffer.explorer_input.eval_tasksets[{i}]" for i, ts in enumerate(inputs.eval_tasksets)
+        }
+        return cls(keys)
 
     def __call__(self, wire: WireTask, batch_id: int) -> Task:
         if not wire.workflow:
+            key = self.keys.get(wire.taskset, "buffer.explorer_input.taskset") + ".default_workflow_type"
             raise InvalidArgument(
-                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set "
-                "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow)",
-                field="buffer.explorer_input.taskset.default_workflow_type",
+                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set {key} "
+                "(e.g. math_workflow) or buffer.explorer_input.default_workflow_type",
+                field=key,
             )
         return Task.from_wire(
             wire,
@@ -90,7 +105,7 @@ class Explorer:
         self.runner = runner
         self.weights = weights
         self.monitor = monitor
-        self.resolve = TaskResolver()
+        self.resolve = TaskResolver.from_config(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
         advantage = explorer_side_advantage(cfg)
@@ -98,7 +113,12 @@ class Explorer:
             self.pipeline.operators.append(advantage)
         self.input_log = PipelineInputLog.from_config(cfg)
         inputs = cfg.buffer.explorer_input
-        self.taskset = inputs.taskset
+        self.taskset = inputs.training_reader  # "" when explore mode has nothing to read
+        self.feedback_sets = {  # tasksets that choose their tasks by the pass rates the explorer reports
+            (ts.name or "taskset")
+            for _key, ts in inputs.training_tasksets()
+            if ts.selector.selector_type == "difficulty_based"
+        }
         self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name
         self.evaluator = Evaluator(
             buffer=buffer,
@@ -112,7 +132,7 @@ class Explorer:
             buffer,
             buffer_name=self.experience_buffer,
             explorer=self.name,
-            taskset=self.taskset.name if self.taskset else "",
+            taskset=self.taskset,
             chunk=min(WRITE_CHUNK, cfg.buffer.max_batch_items),
         )
         if self.pipeline.batch_level:
@@ -170,9 +190,10 @@ class Explorer:
 
     async def run(self) -> None:
         """Steps until the taskset ends, then close the writer on the experience buffer."""
-        if self.taskset is None:
+        if not self.taskset:
             raise InvalidArgument(
-                "explore mode needs buffer.explorer_input.taskset", field="buffer.explorer_input.taskset"
+                "explore mode needs buffer.explorer_input.taskset (or tasksets)",
+                field="buffer.explorer_input.taskset",
             )
         await self.buffer.open_writer(self.experience_buffer, self.name)
         first = True
@@ -183,7 +204,7 @@ class Explorer:
             # keys, which adds nothing).
             t_tasks = time.perf_counter()
             batch = await self.buffer.read_tasks(
-                self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
+                self.taskset, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
             )
             read_tasks_s = time.perf_counter() - t_tasks
             if batch.end_of_data and not batch.tasks:
@@ -256,10 +277,9 @@ class Explorer:
 
     async def refill_round(self, step: int, index: int, budget: StepBudget) -> Round | None:
         """Round `index` of step `step` on the next tasks of the step's batch; None: the taskset ended."""
-        assert self.taskset is not None
         t0 = time.perf_counter()
         more = await self.buffer.read_tasks(
-            self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
+            self.taskset, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
         )
         self.refill_read_s += time.perf_counter() - t0
         return await self.run_round(step, more.tasks, index, budget) if more.tasks else None
@@ -308,11 +328,11 @@ class Explorer:
         return metrics
 
     async def report_feedback(self, results: list[UnitResult]) -> None:
-        if self.taskset is None or self.taskset.selector.selector_type != "difficulty_based":
-            return
-        rates = pass_rates(results)
-        if rates:
-            await self.buffer.report_task_feedback(self.taskset.name, rates)
+        """Pass rates to each difficulty_based taskset, for the tasks it handed out."""
+        for name in sorted(self.feedback_sets):
+            rates = pass_rates([r for r in results if r.task.taskset == name])
+            if rates:
+                await self.buffer.report_task_feedback(name, rates)
 
     async def evaluate(self, step: int, names: list[str] | None = None) -> dict[str, float]:
         async with self.weights_lock:

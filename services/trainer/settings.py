@@ -52,9 +52,9 @@ class EngineSettings:
                 "warmup_style cosine needs trainer.total_steps", field="algorithm.optimizer.warmup_style"
             )
         # the sampling temperature the explorer used: the training taskset's rollout_args, which the
-        # loader resolved (model.temperature included, config/tasksets.py)
-        taskset = cfg.buffer.explorer_input.taskset
-        rollout_args = taskset.rollout_args if taskset else cfg.model.rollout_defaults
+        # loader resolved (model.temperature included, config/tasksets.py; mixed tasksets share one)
+        training = cfg.buffer.explorer_input.training_tasksets()
+        rollout_args = training[0][1].rollout_args if training else cfg.model.rollout_defaults
         temperature = float(rollout_args.get("temperature", 1.0) or 1.0)
         # veRL's rule: a micro-batch split over N ranks holds N x max_token_len_per_gpu tokens
         ulysses = cfg.trainer.ulysses_sequence_parallel_size

@@ -328,11 +328,6 @@ TRINITY_KEYS.update(
         ),
         "buffer.*.format.workflow_key": inert("empty only: one workflow per taskset here", ""),
         "buffer.*.format.reward_fn_key": inert("empty only: one reward fn per taskset here", ""),
-        "buffer.explorer_input.tasksets": KeyMeaning(
-            "rejected",
-            "several training tasksets are not supported yet: give one as buffer.explorer_input.taskset",
-        ),
-        "buffer.explorer_input.tasksets[*].*": KeyMeaning("rejected", "see buffer.explorer_input.tasksets"),
         # data_processor, stages
         "data_processor.task_pipeline.*": KeyMeaning(
             "rejected", "task operators (Data-Juicer) are not implemented: prepare the task file beforehand"

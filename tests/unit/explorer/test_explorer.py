@@ -231,6 +231,35 @@ async def test_difficulty_feedback_and_missing_workflow(parts):
     assert info.value.field == "buffer.explorer_input.taskset.default_workflow_type"
 
 
+async def test_mixed_tasksets_are_read_under_the_mix_and_pass_rates_go_to_their_own_set(parts):
+    from services.common.experience import Task as WireTask
+    from services.explorer.runner import UnitResult
+    from services.explorer.workflows import Task
+
+    raw = make_cfg(eval_on_startup=False).model_dump(exclude_defaults=True)
+    fmt = {"prompt_key": "question", "response_key": "answer"}
+    raw["buffer"]["explorer_input"].pop("taskset")
+    raw["buffer"]["explorer_input"]["tasksets"] = [
+        {"name": "easy", "format": fmt, "task_selector": {"selector_type": "difficulty_based"}},
+        {"name": "hard", "format": fmt},
+    ]
+    cfg = TrinityConfig.model_validate(raw)
+    explorer, *_ = parts(cfg, FakeBuffer({}))
+    assert explorer.taskset == "tasksets" and explorer.feedback_sets == {"easy"}
+
+    def result(taskset: str, task_id: str, reward: float) -> UnitResult:
+        exp = Experience(tokens=np.array([1, 2]), prompt_length=1, model_version=0, reward=reward)
+        return UnitResult(Task(task_id=task_id, taskset=taskset), None, [exp])
+
+    # both sets have a task "0": only easy's (reward 1 -> pass rate 1) is easy's to learn from
+    await explorer.report_feedback(
+        [result("easy", "0", 1.0), result("hard", "0", 0.0), result("easy", "1", 0.0)]
+    )
+    assert explorer.buffer.feedback == [("easy", {"0": 1.0, "1": 0.0})]
+    with pytest.raises(Exception, match="tasksets\\[0\\]"):  # one without a workflow names where to set it
+        explorer.resolve(WireTask(taskset="easy", task_id="x"), 1)
+
+
 async def test_two_engines_share_the_work_and_both_take_new_weights(parts, tmp_path):
     import torch
     from safetensors.torch import save_file
