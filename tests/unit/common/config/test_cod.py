@@ -13,7 +13,14 @@ from services.common.errors import ConfigError
 def test_no_section_means_no_packing_and_trinitys_defaults_load() -> None:
     assert validate_config({}).cod is None
     cfg = validate_config(
-        {"cod": {"task_pack_size": 4, "eval_task_pack_size": None, "packing_strategy": "cod", "cod_workflow_args": {}}}
+        {
+            "cod": {
+                "task_pack_size": 4,
+                "eval_task_pack_size": None,
+                "packing_strategy": "cod",
+                "cod_workflow_args": {},
+            }
+        }
     )
     assert cfg.cod is not None
     assert cfg.cod.pack_size(is_eval=False) == 4 and cfg.cod.pack_size(is_eval=True) == 4
@@ -55,7 +62,10 @@ def test_the_research_configs_settings_load_typed() -> None:
         ({"task_pack_size": 0}, "cod.task_pack_size"),
         ({"packing_strategy": "random"}, "cod.packing_strategy"),
         ({"cod_workflow_args": {"activated_cod_methods": []}}, "cod.cod_workflow_args.activated_cod_methods"),
-        ({"cod_workflow_args": {"activated_cod_methods": ["icl"]}}, "cod.cod_workflow_args.activated_cod_methods"),
+        (
+            {"cod_workflow_args": {"activated_cod_methods": ["icl"]}},
+            "cod.cod_workflow_args.activated_cod_methods",
+        ),
         ({"cod_workflow_args": {"hint_penalty_coef": -1}}, "cod.cod_workflow_args.hint_penalty_coef"),
         ({"cod_workflow_args": {"update_context_impl": "mine"}}, "cod.cod_workflow_args.update_context_impl"),
         ({"cod_workflow_args": {"made_up": 1}}, "cod.cod_workflow_args.made_up"),
