@@ -20,12 +20,14 @@ CodMethod = Literal["iterative_hint_e2e"]
 UpdateContextImpl = Literal["update_context", "update_context_agent", "pde_update_context"]
 
 
+def _default_methods() -> list[CodMethod]:
+    return ["iterative_hint_e2e"]
+
+
 class CodWorkflowArgs(Section):
     """The CoD pack workflow's settings (`cod.cod_workflow_args`)."""
 
-    activated_cod_methods: list[CodMethod] = Field(
-        default_factory=lambda: ["iterative_hint_e2e"], min_length=1
-    )
+    activated_cod_methods: list[CodMethod] = Field(default_factory=_default_methods, min_length=1)
     """CoD methods run on each pack, in order. iterative_hint_e2e: solve task 1 with no hint, update the
     hints from its trajectory, reward and feedback, solve task 2 with them, and so on; every episode
     of the pack is trained end to end (the only method of Trinity's study)."""
