@@ -47,22 +47,15 @@ class CodWorkflowArgs(Section):
     """Reward of a hint-update episode: -hint_penalty_coef when the hint block cannot be parsed,
     else -hint_penalty_coef x the length ramp (len_zero_penalty .. len_max_penalty), else 0."""
     len_zero_penalty: int | None = Field(default=None, ge=0)
-    """Response tokens of a hint update below which it is not penalized (with len_max_penalty); for
-    solve episodes (with length_penalty_coef) the start of the length ramp."""
+    """Response tokens of a hint update below which it is not penalized (with len_max_penalty). A solve
+    episode's length penalty (length_penalty_coef, len_zero_penalty, len_full_penalty) and
+    context_compression_mode are the taskset's workflow_args, as in Trinity."""
     len_max_penalty: int | None = Field(default=None, gt=0)
     """Response tokens of a hint update at which the full hint_penalty_coef applies."""
     len_min_penalty: int | None = Field(default=None, ge=0)
     """A hint update shorter than this many response tokens gets the full penalty (unset: none)."""
-    length_penalty_coef: float = Field(default=0.0, ge=0.0)
-    """A solved task's reward minus length_penalty_coef x (mean length ramp of its responses,
-    len_zero_penalty .. len_full_penalty, + steps used / max steps), floored at 0; 0: no penalty."""
-    len_full_penalty: int | None = Field(default=None, gt=0)
-    """Response tokens of a solve episode at which the length ramp reaches 1 (with length_penalty_coef)."""
     task_reward_decay: float = Field(default=1.0, gt=0.0, le=1.0)
     """total_reward of a pack = sum_i r_i x decay^(n-1-i): later tasks weigh more; 1: the plain sum."""
-    context_compression_mode: Literal["keep_all", "remove_think", "keep_answer"] = "keep_all"
-    """What a multi-step episode keeps of its earlier replies: all, all but <think> blocks, or the
-    <answer> only (a taskset's workflow_args overrides it)."""
     cod_log_interval: int = Field(default=20, ge=1)
     """Write the pack's rollouts as JSON under log_dir/exp_name every this many explorer steps."""
     log_dir: str = "./logs/research_cod"
@@ -79,8 +72,8 @@ class CodWorkflowArgs(Section):
     """A taskset's tasks that do not fill the last pack are completed by repeating its first tasks;
     false: they are dropped for the step."""
     enable_teacher_logprobs: bool = False
-    """Trinity's on-policy-distillation research switch: ask the teacher (auxiliary model) for the
-    logprobs of each CoD episode; used with algorithm_type on_policy_distill."""
+    """Trinity's on-policy-distillation switch for CoD packs (teacher logprobs on every episode):
+    false only, distillation of CoD packs is not implemented here."""
 
     @model_validator(mode="after")
     def _ramps(self) -> CodWorkflowArgs:
@@ -90,14 +83,10 @@ class CodWorkflowArgs(Section):
                     f"cod.cod_workflow_args.len_zero_penalty ({self.len_zero_penalty}) must be below "
                     f"len_max_penalty ({self.len_max_penalty})"
                 )
-        if self.length_penalty_coef > 0 and (
-            self.len_zero_penalty is None
-            or self.len_full_penalty is None
-            or self.len_full_penalty <= self.len_zero_penalty
-        ):
+        if self.enable_teacher_logprobs:
             raise ValueError(
-                "cod.cod_workflow_args.length_penalty_coef > 0 needs len_zero_penalty < len_full_penalty "
-                f"(got {self.len_zero_penalty} and {self.len_full_penalty})"
+                "cod.cod_workflow_args.enable_teacher_logprobs true: teacher logprobs for CoD packs (on-policy "
+                "distillation of CoD rollouts) are not implemented here; set it false"
             )
         return self
 

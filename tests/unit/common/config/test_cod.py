@@ -70,7 +70,8 @@ def test_the_research_configs_settings_load_typed() -> None:
         ({"cod_workflow_args": {"update_context_impl": "mine"}}, "cod.cod_workflow_args.update_context_impl"),
         ({"cod_workflow_args": {"made_up": 1}}, "cod.cod_workflow_args.made_up"),
         ({"cod_workflow_args": {"len_zero_penalty": 10, "len_max_penalty": 5}}, "len_zero_penalty"),
-        ({"cod_workflow_args": {"length_penalty_coef": 0.1}}, "length_penalty_coef"),
+        ({"cod_workflow_args": {"enable_teacher_logprobs": True}}, "enable_teacher_logprobs"),
+        ({"cod_workflow_args": {"length_penalty_coef": 0.1}}, "cod.cod_workflow_args.length_penalty_coef"),
         ({"cod_workflow_args": {"task_reward_decay": 0}}, "cod.cod_workflow_args.task_reward_decay"),
     ],
 )
