@@ -35,6 +35,7 @@ WORKFLOWS = Registry(
         "toolcall_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
         # Trinity v0.6's research Connect-the-Dots environments (with a cod: section; docs/workflows.md)
         "cod_frozenlake_obscure_workflow": "services.explorer.workflows.cod.frozen_lake_obscure:CodFrozenLakeObscureWorkflow",
+        "cod_grid_navigation_workflow": "services.explorer.workflows.cod.grid_navigation:CodGridNavigationWorkflow",
         # environments that need their own package and data (preflight names what is missing)
         "alfworld_workflow": "services.explorer.workflows.alfworld:AlfworldWorkflow",
         "step_wise_alfworld_workflow": "services.explorer.workflows.alfworld:StepWiseAlfworldWorkflow",

@@ -5,8 +5,10 @@ chat call on the whole conversation so far and one experience (its `step` set). 
 experience gets the episode's reward; the last one carries info["trajectory"] (the conversation
 as text, for the next hint update) and info["feedback"] (the environment's verdict).
 
-A pack hands the episode its hints (set_hint: appended to the system prompt) and the response
-budget to ask for (set_max_response_tokens_restraint). Taskset workflow_args read here, with
+A pack hands the episode its hints (set_hint: appended to the system prompt), the response
+budget to ask for (set_max_response_tokens_restraint) and `pack_state` (set_pack_state), a dict
+shared by the episodes of one pack run only, where an environment keeps what persists across a
+pack's tasks (grid navigation's cost map); outside a pack it is the episode's own. Taskset workflow_args read here, with
 Trinity's names and defaults:
 - context_compression_mode (keep_all): what earlier replies keep in the conversation: all,
   remove_think (no <think> blocks) or keep_answer (the <answer> only);
@@ -75,6 +77,7 @@ class CodEpisodeWorkflow(ResettableWorkflow):
         self.hint: str | None = None
         self.max_response_tokens_restraint: int | None = None
         self.memory: list[dict[str, str]] = []
+        self.pack_state: dict[str, Any] = {}
         self.final_reward = 0.0
         self.format_error = False
         mode = str(task.workflow_args.get("context_compression_mode", "keep_all"))
@@ -87,10 +90,13 @@ class CodEpisodeWorkflow(ResettableWorkflow):
         self.setup(task)
 
     def setup(self, task: Task) -> None:
-        """Read the task (environment parameters); called by reset."""
+        """Read the task (environment parameters); called by reset. Pack-shared state belongs in start()."""
 
     def set_hint(self, hint: str | None) -> None:
         self.hint = hint
+
+    def set_pack_state(self, state: dict[str, Any]) -> None:
+        self.pack_state = state
 
     def set_max_response_tokens_restraint(self, tokens: int | None) -> None:
         self.max_response_tokens_restraint = tokens

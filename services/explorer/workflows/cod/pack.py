@@ -121,6 +121,7 @@ class CodPackWorkflow(Workflow):
                 field="cod.cod_workflow_args.activated_cod_methods",
             )
         hint, rewards, exps = INITIAL_HINT, [], []
+        shared: dict[str, Any] = {}  # this run's pack state (episode.py)
         for i, task in enumerate(self.members):
             impl = task.workflow_args.get("update_context_impl", self.args.update_context_impl)
             if impl != "update_context":
@@ -130,6 +131,7 @@ class CodPackWorkflow(Workflow):
                 )
             episode = self._episode(task)
             episode.set_hint(hint)
+            episode.set_pack_state(shared)
             episode.set_max_response_tokens_restraint(self.args.max_response_tokens_restraint)
             solved = await episode.run_async()
             for exp in solved:
