@@ -38,8 +38,11 @@ class CodWorkflowArgs(Section):
     update_context_agent (an AgentScope agent) or pde_update_context (the PDE-discovery workflow's);
     a taskset's workflow_args.update_context_impl overrides it. The last two are refused at run time."""
     reuse_workflow_instance: bool = False
-    """Reset and reuse one workflow instance per pack position across packs instead of building new ones
-    (no change to the rollouts)."""
+    """Reset and reuse one episode workflow instance per pack position (within a pack workflow's life)
+    instead of building a new one per task; the rollouts are the same."""
+    context_compression_mode: Literal["keep_all", "remove_think", "keep_answer"] | None = None
+    """What a multi-step episode keeps of its earlier replies (all, all but <think> blocks, the
+    <answer> only), for tasksets whose workflow_args do not set it; unset: theirs (keep_all)."""
     max_response_tokens_restraint: int | None = Field(default=None, gt=0)
     """Asks the model (in the system prompt) to keep each response under this many tokens; unset: no
     such instruction. Not a hard cap (that is model.max_response_tokens)."""
@@ -48,8 +51,8 @@ class CodWorkflowArgs(Section):
     else -hint_penalty_coef x the length ramp (len_zero_penalty .. len_max_penalty), else 0."""
     len_zero_penalty: int | None = Field(default=None, ge=0)
     """Response tokens of a hint update below which it is not penalized (with len_max_penalty). A solve
-    episode's length penalty (length_penalty_coef, len_zero_penalty, len_full_penalty) and
-    context_compression_mode are the taskset's workflow_args, as in Trinity."""
+    episode's length penalty (length_penalty_coef, len_zero_penalty, len_full_penalty) is the
+    taskset's workflow_args, as in Trinity."""
     len_max_penalty: int | None = Field(default=None, gt=0)
     """Response tokens of a hint update at which the full hint_penalty_coef applies."""
     len_min_penalty: int | None = Field(default=None, ge=0)

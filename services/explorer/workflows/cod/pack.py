@@ -90,6 +90,15 @@ class CodPackWorkflow(Workflow):
         self.given_auxiliary = auxiliary_models
         self.args = CodWorkflowArgs.model_validate(task.workflow_args)
         self.members: list[Task] = list(task.raw_task["cod_tasks"])
+        self.episodes: dict[int, Any] = {}  # position -> workflow instance, with reuse_workflow_instance
+        mode = self.args.context_compression_mode
+        if mode is not None:  # the tasksets' own setting wins
+            self.members = [
+                t
+                if "context_compression_mode" in t.workflow_args
+                else t.copy_with(workflow_args={**t.workflow_args, "context_compression_mode": mode})
+                for t in self.members
+            ]
         if self.args.inject_pack_seed:
             seed = pack_seed(task, self.members, self.args.stable_pack_seed)
             self.members = [
@@ -104,7 +113,7 @@ class CodPackWorkflow(Workflow):
                 for i, t in enumerate(self.members)
             ]
 
-    def _episode(self, task: Task) -> Any:
+    def _episode(self, task: Task, position: int) -> Any:
         if not hasattr(task.workflow, "set_hint"):
             name = task.workflow_name or getattr(task.workflow, "__name__", "?")
             raise InvalidArgument(
@@ -112,7 +121,15 @@ class CodPackWorkflow(Workflow):
                 "workflow (it takes no hints); with a cod: section every taskset needs a cod_* workflow",
                 field="default_workflow_type",
             )
-        return task.to_workflow(self.model, self.given_auxiliary)
+        cached: Any = self.episodes.get(position)
+        same_kind = cached is not None and type(cached) is task.workflow
+        if self.args.reuse_workflow_instance and same_kind and cached.resettable():
+            cached.reset(task)
+            return cached
+        episode = task.to_workflow(self.model, self.given_auxiliary)
+        if self.args.reuse_workflow_instance:
+            self.episodes[position] = episode
+        return episode
 
     async def run_async(self) -> list[Experience]:
         if self.args.activated_cod_methods != [METHOD]:
@@ -129,7 +146,7 @@ class CodPackWorkflow(Workflow):
                     f"update_context_impl {impl!r} is not implemented here (only update_context, one chat call)",
                     field="cod.cod_workflow_args.update_context_impl",
                 )
-            episode = self._episode(task)
+            episode = self._episode(task, i)
             episode.set_hint(hint)
             episode.set_pack_state(shared)
             episode.set_max_response_tokens_restraint(self.args.max_response_tokens_restraint)

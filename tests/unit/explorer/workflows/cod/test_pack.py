@@ -134,3 +134,29 @@ async def test_a_workflow_that_takes_no_hints_is_refused_by_name(make_model: Any
     model, _ = make_model([])
     with pytest.raises(InvalidArgument, match="'math_workflow' is not a CoD workflow"):
         await CodPackWorkflow(task=pack, model=model).run_async()
+
+
+def test_the_packs_compression_mode_fills_in_for_tasksets_without_one() -> None:
+    batch = lake_tasks()
+    batch[1].workflow_args = {**batch[1].workflow_args, "context_compression_mode": "keep_all"}
+    (pack,) = pack_tasks(
+        batch, CodConfig(task_pack_size=2, cod_workflow_args={"context_compression_mode": "keep_answer"})
+    )
+    workflow = CodPackWorkflow(task=pack, model=None)
+    assert [t.workflow_args["context_compression_mode"] for t in workflow.members] == [
+        "keep_answer",
+        "keep_all",
+    ]
+
+
+async def test_reused_episode_instances_are_reset_not_rebuilt(make_model: Any) -> None:
+    cod = CodConfig(
+        task_pack_size=2, cod_workflow_args={"reuse_workflow_instance": True, "cod_log_interval": 1000}
+    )
+    (pack,) = pack_tasks(lake_tasks(), cod)
+    model, _ = make_model(["x", hint("h"), "x", "x", hint("h"), "x"])
+    workflow = CodPackWorkflow(task=pack, model=model)
+    await workflow.run_async()
+    first = dict(workflow.episodes)
+    await workflow.run_async()
+    assert set(first) == {0, 1} and all(workflow.episodes[i] is first[i] for i in first)
