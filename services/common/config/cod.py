@@ -36,7 +36,8 @@ class CodWorkflowArgs(Section):
     update_context_impl: UpdateContextImpl = "update_context"
     """How hints are updated: update_context (one chat call; the only one implemented here),
     update_context_agent (an AgentScope agent) or pde_update_context (the PDE-discovery workflow's);
-    a taskset's workflow_args.update_context_impl overrides it. The last two are refused at run time."""
+    a taskset's workflow_args.update_context_impl overrides it. The last two are refused by
+    `trinity config check` and at run time."""
     reuse_workflow_instance: bool = False
     """Reset and reuse one episode workflow instance per pack position (within a pack workflow's life)
     instead of building a new one per task; the rollouts are the same."""

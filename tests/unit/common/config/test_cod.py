@@ -78,3 +78,45 @@ def test_the_research_configs_settings_load_typed() -> None:
 def test_bad_values_are_refused_naming_the_key(section: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         validate_config({"cod": section})
+
+
+def check(tree: dict[str, Any]) -> list[str]:
+    from services.cli.config_check import Report, check_config
+
+    report = Report()
+    check_config(validate_config(tree), report)
+    return report.problems
+
+
+def cod_run(workflow: str, **cod_args: Any) -> dict[str, Any]:
+    return {
+        "mode": "explore",
+        "model": {"model_path": "builtin:tiny-arith"},
+        "algorithm": {
+            "algorithm_type": "multi_step_grpo",
+            "advantage_fn": "cod",
+            "advantage_fn_args": {"iterative_hint_e2e_causal": True},
+        },
+        "buffer": {
+            "explorer_input": {
+                "taskset": {"name": "t", "path": "builtin:arith", "default_workflow_type": workflow}
+            }
+        },
+        "cod": {"task_pack_size": 2, "cod_workflow_args": cod_args},
+    }
+
+
+def test_config_check_names_what_a_cod_run_would_stop_on() -> None:
+    assert not [p for p in check(cod_run("cod_frozenlake_obscure_workflow")) if "cod" in p.lower()]
+    problems = check(cod_run("math_workflow"))
+    assert any(
+        p.startswith("buffer.explorer_input.taskset.default_workflow_type") and "not a CoD workflow" in p
+        for p in problems
+    )
+    problems = check(cod_run("cod_grid_navigation_workflow", update_context_impl="update_context_agent"))
+    assert any(
+        p.startswith("buffer.explorer_input.taskset.workflow_args.update_context_impl") for p in problems
+    )
+    without = cod_run("math_workflow")
+    del without["cod"]
+    assert any(p.startswith("algorithm.advantage_fn") and "add a cod: section" in p for p in check(without))
