@@ -160,3 +160,18 @@ async def test_reused_episode_instances_are_reset_not_rebuilt(make_model: Any) -
     first = dict(workflow.episodes)
     await workflow.run_async()
     assert set(first) == {0, 1} and all(workflow.episodes[i] is first[i] for i in first)
+
+
+async def test_runs_are_logged_as_json_every_cod_log_interval_steps(make_model: Any, tmp_path: Any) -> None:
+    import json
+
+    args = {"cod_log_interval": 2, "log_dir": str(tmp_path), "exp_name": "run"}
+    (pack,) = pack_tasks(lake_tasks(), CodConfig(task_pack_size=2, cod_workflow_args=args))
+    model, _ = make_model(["x", hint("h"), "x"] * 2)
+    for step in (1, 2):  # steps 1, 3, 5, ... are logged
+        await CodPackWorkflow(task=pack.copy_with(batch_id=step), model=model).run_async()
+    (logged,) = list((tmp_path / "run").iterdir())
+    assert logged.name == "rollout_step_1"
+    (record,) = [json.loads(p.read_text()) for p in logged.iterdir()]
+    assert [row["exp_type"] for row in record["steps"]] == ["solve_task", "gen_hint", "solve_task"]
+    assert record["task_rewards"] == [0.0, 0.0] and record["steps"][1]["hint"] == "Hints: - h"
