@@ -29,13 +29,22 @@ from services.explorer.workflows.base import ResettableWorkflow, Task
 COMPRESSION_MODES = ("keep_all", "remove_think", "keep_answer")
 _HINT_HEADER = "\n\n## Hints that might help\n"
 _LIMIT_HEADER = "\n\n## Response length limit\n"
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def between(text: str, start: str, end: str) -> str | None:
+    """The text between the one `start` and the one `end` after it; None when either is missing or
+    appears twice (Trinity's strict extraction: an ambiguous reply does not parse)."""
+    first, last = text.find(start), text.rfind(start)
+    close, close_last = text.find(end), text.rfind(end)
+    if first < 0 or first != last or close < 0 or close != close_last or first > close:
+        return None
+    return text[first + len(start) : close]
 
 
 def answer_of(reply: str) -> str | None:
-    """The text of the last <answer>...</answer> block, stripped; None without one."""
-    found = _ANSWER.findall(reply)
-    return found[-1].strip() if found else None
+    """The text of the reply's one <answer>...</answer> block, stripped; None without exactly one."""
+    found = between(reply, "<answer>", "</answer>")
+    return found.strip() if found is not None else None
 
 
 def compress(reply: str, mode: str) -> str:

@@ -1,6 +1,6 @@
 """The CoD hint-update episode: previous hints + a solved trajectory -> updated hints.
 
-One chat call. The reply must end with the hints between two literal marker lines; the updated
+One chat call. The reply must end with the hints between two literal marker lines, each once; the updated
 context is "Hints: <that text>" ("Hints: no hint available." when the block is missing or empty).
 Reward (Trinity's AsyncCoDUpdateContextWorkflow, cod_workflow_args names), with c = hint_penalty_coef
 and L the reply's tokens:
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.common.experience import Experience
+from services.explorer.workflows.cod.episode import between
 
 HINT_START = "--- Start of updated hints ---"
 HINT_END = "--- End of updated hints ---"
@@ -65,13 +66,11 @@ def user_prompt(*, previous: str, trajectory: str, reward: float, feedback: str)
 
 
 def extract_hint(reply: str) -> tuple[str, bool]:
-    """("Hints: ...", parsed) from a reply; the last complete marker block wins."""
-    end = reply.rfind(HINT_END)
-    start = reply.rfind(HINT_START, 0, end if end >= 0 else None)
-    if start < 0 or end < 0:
+    """("Hints: ...", parsed) from a reply with exactly one marker block (episode.between)."""
+    body = between(reply, HINT_START, HINT_END)
+    if body is None or not body.strip():
         return NO_HINT, False
-    body = reply[start + len(HINT_START) : end].strip()
-    return (f"Hints: {body}", True) if body else (NO_HINT, False)
+    return f"Hints: {body.strip()}", True
 
 
 def hint_reward(parsed: bool, response_tokens: int, args: Any) -> float:

@@ -75,9 +75,10 @@ def _pack(group: list[Task], args: CodWorkflowArgs, number: int) -> Task:
 
 
 def pack_seed(pack: Task, members: Sequence[Task], stable: bool) -> int:
-    """A seed shared by a pack's tasks: from the tasksets and row indices (stable) or the step and pack."""
-    key = [(t.taskset, t.index) for t in members] if stable else [pack.batch_id, pack.task_id]
-    return int.from_bytes(hashlib.sha256(json.dumps(key).encode()).digest()[:4], "big")
+    """A seed shared by a pack's tasks: from its rows' (taskset, index) pairs, sorted (stable: the same
+    rows, the same seed, in any order, as Trinity's), or from the step and the pack's id."""
+    key = sorted([t.taskset, t.index] for t in members) if stable else [pack.batch_id, pack.task_id]
+    return int.from_bytes(hashlib.sha256(json.dumps(key, separators=(",", ":")).encode()).digest()[:8], "big")
 
 
 class CodPackWorkflow(Workflow):

@@ -57,6 +57,7 @@ def test_parse_code() -> None:
     assert parse_code("<answer>direction 2 </answer>") == 2
     assert parse_code("<answer>Right</answer>") is None
     assert parse_code("Direction 1") is None
+    assert parse_code("<answer>Direction 1</answer><answer>Direction 2</answer>") is None  # two answers
 
 
 async def test_a_winning_episode_one_row_per_move(make_model: Any) -> None:

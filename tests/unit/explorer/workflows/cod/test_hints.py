@@ -24,8 +24,9 @@ def test_extract_hint() -> None:
     )
     assert extract_hint("no block") == (NO_HINT, False)
     assert extract_hint(f"{HINT_START}\n  \n{HINT_END}") == (NO_HINT, False)  # empty block
-    # the last complete block wins
-    assert extract_hint(f"{HINT_START}a{HINT_END} then {HINT_START}b{HINT_END}")[0] == "Hints: b"
+    # two blocks, or the markers out of order: ambiguous, not parsed (Trinity's strict rule)
+    assert extract_hint(f"{HINT_START}a{HINT_END} then {HINT_START}b{HINT_END}") == (NO_HINT, False)
+    assert extract_hint(f"{HINT_END} a {HINT_START}") == (NO_HINT, False)
 
 
 def test_hint_reward() -> None:
