@@ -294,7 +294,7 @@ async def test_save_input_false_or_no_operators_writes_no_file(parts, tmp_path):
         assert not list(tmp_path.rglob("pipeline_input.jsonl"))
 
 
-async def test_a_cod_section_runs_each_batch_as_packs_scored_by_the_cod_advantage(make_model):
+async def test_a_cod_section_runs_each_batch_as_packs_scored_by_the_cod_advantage(make_model, tmp_path):
     # 3 lake tasks ("SG": Direction 2 is Right, the goal; 4 is Left, the edge; one move each) in
     # packs of 2, padded: [t0 t1] [t2 t0]; 4 runs each, one at a time (one slot), so the scripted
     # replies go run by run: solve, hint, solve, the first solve won on even runs and lost on odd ones
@@ -325,7 +325,11 @@ async def test_a_cod_section_runs_each_batch_as_packs_scored_by_the_cod_advantag
             "monitor": {"monitor_type": "none"},
             "cod": {
                 "task_pack_size": 2,
-                "cod_workflow_args": {"pad_tasks_to_full_pack": True, "cod_log_interval": 1000},
+                "cod_workflow_args": {
+                    "pad_tasks_to_full_pack": True,
+                    "log_dir": str(tmp_path),
+                    "exp_name": "x",
+                },
             },
         }
     )
@@ -358,3 +362,5 @@ async def test_a_cod_section_runs_each_batch_as_packs_scored_by_the_cod_advantag
             if exp.info["exp_type"] == "solve_task" and exp.info["task_idx"] == 0:
                 expected = 0.25 if exp.run_id % 2 == 0 else -0.25
             assert exp.advantages[0] == pytest.approx(expected)
+    # step 1 is logged (every cod_log_interval steps from the first): one file per pack run
+    assert len(list((tmp_path / "x" / "rollout_step_1").iterdir())) == 8
