@@ -21,6 +21,7 @@ data the explorer closes its writer on the experience buffer so the trainer sees
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
@@ -120,11 +121,18 @@ class Explorer:
             if ts.selector.selector_type == "difficulty_based"
         }
         self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name
+        self.pack_train = self.pack_eval = None
+        if cfg.cod is not None:  # Connect-the-Dots: each batch's tasks run as packs (workflows/cod/pack.py)
+            from services.explorer.workflows.cod.pack import pack_tasks
+
+            self.pack_train = functools.partial(pack_tasks, cod=cfg.cod, is_eval=False)
+            self.pack_eval = functools.partial(pack_tasks, cod=cfg.cod, is_eval=True)
         self.evaluator = Evaluator(
             buffer=buffer,
             runner=runner,
             tasksets=inputs.eval_tasksets,
             resolve=self.resolve,
+            pack=self.pack_eval,
             reader_id=f"{self.name}-eval",
             batch_size=max(cfg.buffer.batch_size, runner.slots),  # eval tasks fill every runner
         )
@@ -268,6 +276,8 @@ class Explorer:
             await writes.group_done(task_index, exps)
 
         tasks = [self.resolve(w, step) for w in wire_tasks]
+        if self.pack_train is not None:
+            tasks = self.pack_train(tasks)
         results = await self.runner.run_tasks(tasks, on_task=group_done)
         seconds = time.perf_counter() - t0  # with the writes streamed while tasks still ran
         t_write = time.perf_counter()
