@@ -186,7 +186,7 @@ def render_compat() -> list[str]:
         "| outcome | configs |",
         "| --- | --- |",
         f"| every key understood, the file loads | {outcomes['loads']} |",
-        f"| every key known, a value or key refused with its reason (e.g. Ulysses 2) | {outcomes['value rejected']} |",
+        f"| every key known, a value or key refused with its reason (e.g. multi-modal rows) | {outcomes['value rejected']} |",
         f"| stopped by a key with no meaning here yet | {outcomes['unknown key']} |",
         "",
         "The refused values, by key (every problem of each config, `trinity config check` style; a config",

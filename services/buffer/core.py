@@ -29,13 +29,14 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from services.buffer.kinds.fifo import FifoBuffer
 from services.buffer.kinds.item_state import LEASE_SEP, ItemStats
 from services.buffer.kinds.items import ItemBuffer
+from services.buffer.kinds.mix import TasksetMix
 from services.buffer.kinds.priority import PriorityBuffer, make_priority_fn
 from services.buffer.kinds.table import TableBuffer
 from services.buffer.kinds.taskset import TasksetBuffer, TasksetSettings
 from services.buffer.storage import schema as s
 from services.buffer.storage.engine import Database
 from services.buffer.taskfile import load_rows
-from services.buffer.types import BufferSpec, ReadResult, Stats, TaskBatch, WriteResult
+from services.buffer.types import BufferSpec, MixSpec, ReadResult, Stats, TaskBatch, WriteResult
 from services.buffer.validate import to_items
 from services.common.config.buffer import StorageConfig
 from services.common.config.tasksets import TasksetDefaults, effective_taskset, task_settings
@@ -76,17 +77,20 @@ class BufferCore:
         self.defaults = defaults or Defaults()
         self.buffers: dict[str, Buffer] = {}
         self.specs: dict[str, BufferSpec] = {}
+        self.mixes: dict[str, TasksetMix] = {}  # several training tasksets read as one (not buffers)
         self._dbs: dict[str, Database] = {}
         self._create_lock = asyncio.Lock()
         self.started_at = time.time()
 
     # ---- lifecycle -----------------------------------------------------------------------
-    async def start(self, specs: Sequence[BufferSpec] = ()) -> None:
-        """Create the configured buffers, then reopen buffers created at run time earlier."""
+    async def start(self, specs: Sequence[BufferSpec] = (), mixes: Sequence[MixSpec] = ()) -> None:
+        """Create the configured buffers and mixes, then reopen buffers created at run time earlier."""
         for spec in specs:
             await self.create(spec, replace=True)
+        for mix in mixes:
+            await self.create_mix(mix)
         for path in _sqlite_files(self.data_dir):
-            if os.path.basename(path)[: -len(".sqlite")] not in self.buffers:
+            if os.path.basename(path)[: -len(".sqlite")] not in {*self.buffers, *self.mixes}:
                 stored = await _stored_spec(path)
                 if stored is not None and stored.name not in self.buffers:
                     await self.create(stored)
@@ -121,6 +125,24 @@ class BufferCore:
                 raise
             self.buffers[spec.name], self.specs[spec.name], self._dbs[spec.name] = buf, spec, db
             return True
+
+    async def create_mix(self, spec: MixSpec) -> None:
+        """Read the tasksets `spec.members` (created already) as one under `spec.name`; its cursors
+        live in <data_dir>/<name>.sqlite."""
+        if spec.name in self.buffers or spec.name in self.mixes or not NAME_RE.match(spec.name):
+            raise InvalidArgument(f"mix name {spec.name!r} is taken or invalid", field="tasksets")
+        members = [self.taskset(name) for name in spec.members]
+        db = Database(os.path.join(self.data_dir, f"{spec.name}.sqlite"))
+        await db.open(s.metadata)
+        try:
+            mix = TasksetMix(
+                spec.name, db, members, total_epochs=spec.total_epochs, total_steps=spec.total_steps
+            )
+            await mix.load()
+        except BaseException:
+            await db.close()
+            raise
+        self.mixes[spec.name], self._dbs[f"{spec.name}#mix"] = mix, db
 
     def _db_path(self, spec: BufferSpec, storage: StorageConfig) -> str:
         if spec.kind != "taskset" and storage.path:
@@ -314,7 +336,8 @@ class BufferCore:
     ) -> TaskBatch:
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}", field="batch_size")
-        return await self.taskset(name).read_tasks(
+        source = self.mixes.get(name) or self.taskset(name)
+        return await source.read_tasks(
             batch_size, reader_id=reader_id, rewind=rewind, repeat_last=repeat_last, extend=extend
         )
 
@@ -323,8 +346,8 @@ class BufferCore:
 
     # ---- stats ---------------------------------------------------------------------------
     async def stats(self, name: str) -> Stats:
-        buf = self.get(name)
-        if isinstance(buf, TasksetBuffer):
+        buf = self.mixes.get(name) or self.get(name)
+        if isinstance(buf, TasksetBuffer | TasksetMix):
             t = buf.stats()
             return Stats(
                 name,

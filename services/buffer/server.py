@@ -26,7 +26,7 @@ from services.buffer.convert import (
 )
 from services.buffer.core import BufferCore
 from services.buffer.metrics import export as export_metrics
-from services.buffer.specs import data_dir, defaults_from_config, specs_from_config
+from services.buffer.specs import data_dir, defaults_from_config, mixes_from_config, specs_from_config
 from services.buffer.types import ReadResult
 from services.common.config.schema import TrinityConfig
 from services.common.errors import ResourceExhausted
@@ -215,7 +215,7 @@ def add_to_server(servicer: BufferServicer, server: Any) -> None:
 async def serve(cfg: TrinityConfig) -> None:
     """Open every configured buffer, serve until SIGTERM/SIGINT, then close the files."""
     core = BufferCore(data_dir(cfg), defaults_from_config(cfg))
-    await core.start(specs_from_config(cfg))
+    await core.start(specs_from_config(cfg), mixes_from_config(cfg))
     server = ServiceServer("buffer", cfg.services)
     server.add(add_to_server, BufferServicer(core, server), SERVICE_NAME)
     export_metrics(server.metrics, core)

@@ -1,6 +1,8 @@
 """Which buffers the config declares, and the defaults they fall back to.
 
 - `buffer.explorer_input.taskset` -> taskset; `eval_tasksets` -> tasksets with is_eval;
+- `buffer.explorer_input.tasksets` -> a taskset each, read together as the mix `tasksets`
+  (MixSpec, services/buffer/kinds/mix.py);
 - `buffer.trainer_input.experience_buffer`: storage_type queue -> fifo (priority when
   use_priority_queue), sql -> table, file -> taskset (a dataset of rows, as in Trinity's SFT/DPO
   stages: the trainer reads the rows with ReadTasks and tokenizes them itself);
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 
 from services.buffer.core import BufferSpec, Defaults
+from services.buffer.types import MixSpec
 from services.common.config.buffer import StorageConfig
 from services.common.config.schema import TrinityConfig
 from services.common.config.tasksets import TasksetDefaults
@@ -53,6 +56,8 @@ def specs_from_config(cfg: TrinityConfig) -> list[BufferSpec]:
     specs: list[BufferSpec] = []
     if b.explorer_input.taskset is not None:
         specs.append(spec_of(b.explorer_input.taskset, name=b.explorer_input.taskset.name or "taskset"))
+    for i, ts in enumerate(b.explorer_input.tasksets):
+        specs.append(spec_of(ts, name=ts.name or f"taskset_{i}"))
     for i, ts in enumerate(b.explorer_input.eval_tasksets):
         specs.append(spec_of(ts, name=ts.name or f"eval_taskset_{i}", is_eval=True))
     ti = b.trainer_input
@@ -62,3 +67,12 @@ def specs_from_config(cfg: TrinityConfig) -> list[BufferSpec]:
     if ti.sft_warmup_dataset is not None:
         specs.append(spec_of(ti.sft_warmup_dataset, name=ti.sft_warmup_dataset.name or "sft_warmup_dataset"))
     return specs
+
+
+def mixes_from_config(cfg: TrinityConfig) -> list[MixSpec]:
+    """The mix of buffer.explorer_input.tasksets, when it lists any."""
+    b, inputs = cfg.buffer, cfg.buffer.explorer_input
+    if not inputs.tasksets:
+        return []
+    members = [ts.name or f"taskset_{i}" for i, ts in enumerate(inputs.tasksets)]
+    return [MixSpec(inputs.training_reader, members, b.total_epochs, b.total_steps)]

@@ -24,6 +24,17 @@ class BufferSpec:
 
 
 @dataclass
+class MixSpec:
+    """Training tasksets read as one under `name` (services/buffer/kinds/mix.py): the member tasksets,
+    in config order, and the epochs or steps of the mix."""
+
+    name: str
+    members: list[str]
+    total_epochs: int = 1
+    total_steps: int | None = None
+
+
+@dataclass
 class ItemIn:
     """One experience to store: its serialized protobuf and the version that generated it."""
 

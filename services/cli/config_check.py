@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from services.common.config import TrinityConfig, load_raw
+from services.common.config.buffer import StorageConfig
 from services.common.errors import ConfigError, TrinityError
 
 EXPLORING_MODES = ("both", "explore", "bench")
@@ -77,6 +78,7 @@ def check_config(cfg: TrinityConfig, report: Report) -> None:
         if stage.mode in EXPLORING_MODES:
             _check_explorer_parts(stage, prefix, report)
             _check_engine_args(stage, prefix, report)
+            _check_cod(stage, prefix, report)
 
 
 def _check_plugins(cfg: TrinityConfig, report: Report) -> None:
@@ -149,8 +151,8 @@ def _check_sync_plan(stage: TrinityConfig, prefix: str, report: Report) -> None:
 def _storages(stage: TrinityConfig) -> Iterator[tuple[str, str | None, str]]:
     """(key, path, storage_type) of every buffer section the stage's mode reads."""
     inputs = stage.buffer.explorer_input
-    if inputs.taskset is not None and stage.mode in ("both", "explore"):
-        yield "buffer.explorer_input.taskset", inputs.taskset.path, inputs.taskset.storage_type
+    for key, section in inputs.training_tasksets() if stage.mode in ("both", "explore") else []:
+        yield key, section.path, section.storage_type
     for i, eval_set in enumerate(inputs.eval_tasksets if stage.mode in EXPLORING_MODES else []):
         yield f"buffer.explorer_input.eval_tasksets[{i}]", eval_set.path, eval_set.storage_type
     if stage.mode not in ("both", "train"):
@@ -189,7 +191,8 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
     from services.explorer.workflows import WORKFLOWS
 
     inputs = stage.buffer.explorer_input
-    sections = [("buffer.explorer_input.taskset", inputs.taskset)] if stage.mode != "bench" else []
+    sections: list[tuple[str, StorageConfig | None]] = []
+    sections += inputs.training_tasksets() if stage.mode != "bench" else []
     sections += [(f"buffer.explorer_input.eval_tasksets[{i}]", s) for i, s in enumerate(inputs.eval_tasksets)]
     for key, section in sections:
         if section is None:
@@ -233,6 +236,53 @@ def _check_explorer_parts(stage: TrinityConfig, prefix: str, report: Report) -> 
             ExperiencePipeline.from_config(pipeline.operators)
         except TrinityError as exc:
             report.problem(f"{prefix}{exc.field}", str(exc))
+
+
+def _check_cod(stage: TrinityConfig, prefix: str, report: Report) -> None:
+    """What a CoD run would stop on: a taskset workflow that takes no hints, a hint updater not
+    implemented here, the causal cod advantage without packs (services/explorer/workflows/cod)."""
+    from services.explorer.workflows import WORKFLOWS
+
+    algorithm = stage.algorithm
+    causal = (algorithm.advantage_fn_args or {}).get("iterative_hint_e2e_causal", False)
+    if stage.cod is None:
+        if algorithm.advantage_fn == "cod" and causal and stage.mode in ("both", "explore"):
+            report.problem(
+                f"{prefix}algorithm.advantage_fn",
+                "cod with iterative_hint_e2e_causal scores the episodes of CoD packs; add a cod: section",
+            )
+        return
+    inputs = stage.buffer.explorer_input
+    sections = [("buffer.explorer_input.taskset", inputs.taskset)] if stage.mode != "bench" else []
+    sections += [(f"buffer.explorer_input.eval_tasksets[{i}]", s) for i, s in enumerate(inputs.eval_tasksets)]
+    for key, section in sections:
+        if section is None:
+            continue
+        name = (
+            section.default_workflow_type
+            or inputs.default_workflow_type
+            or stage.buffer.default_workflow_type
+        )
+        impl = section.workflow_args.get(
+            "update_context_impl", stage.cod.cod_workflow_args.update_context_impl
+        )
+        # the PDE-discovery workflow's own updater goes with that workflow, reported missing as a whole
+        own_updater = impl == "pde_update_context" and "pde_discovery" in str(name)
+        if impl != "update_context" and not own_updater:
+            report.problem(
+                f"{prefix}{key}.workflow_args.update_context_impl",
+                f"{impl!r} is not implemented here; the hints are updated by one chat call (update_context)",
+            )
+        try:
+            workflow = WORKFLOWS.get(name) if name else None
+        except TrinityError:
+            continue  # reported by _check_explorer_parts
+        if isinstance(workflow, type) and not hasattr(workflow, "set_hint"):
+            report.problem(
+                f"{prefix}{key}.default_workflow_type",
+                f"{name!r} is not a CoD workflow (it takes no hints); with a cod: section every taskset runs "
+                "one, e.g. cod_frozenlake_obscure_workflow",
+            )
 
 
 def _check_priority_fns(stage: TrinityConfig, prefix: str, report: Report) -> None:

@@ -66,7 +66,7 @@ def pick_taskset(
     seen: list[str] = []
     for name, stage_cfg in stages:
         inputs = stage_cfg.buffer.explorer_input
-        candidates = [(inputs.taskset, False)] if inputs.taskset is not None else []
+        candidates = [(section, False) for _key, section in inputs.training_tasksets()]
         candidates += [(ts, True) for ts in inputs.eval_tasksets]
         for section, is_eval in candidates:
             seen.append(section.name)
@@ -75,7 +75,7 @@ def pick_taskset(
     where = f"stage {stage!r}" if stage else "the stages that explore (mode other than train)"
     if taskset is None:
         raise InvalidArgument(
-            f"{where}: no buffer.explorer_input.taskset; name one with --taskset (tasksets: {seen}) "
+            f"{where}: no buffer.explorer_input.taskset (or tasksets); name one with --taskset (tasksets: {seen}) "
             "or pick a stage with --stage",
             field="buffer.explorer_input.taskset",
         )

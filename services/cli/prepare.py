@@ -139,7 +139,8 @@ def prepare_data(cfg: TrinityConfig) -> None:
     paths = []
     for stage in cfg.stage_configs:
         inputs = stage.buffer.explorer_input
-        storages = [inputs.taskset, *inputs.eval_tasksets, stage.buffer.trainer_input.experience_buffer]
+        training = [section for _key, section in inputs.training_tasksets()]
+        storages = [*training, *inputs.eval_tasksets, stage.buffer.trainer_input.experience_buffer]
         paths += [s.path for s in storages if s is not None and s.storage_type == "file" and s.path]
     if any(os.path.abspath(p).startswith(demo_dir + os.sep) and not os.path.exists(p) for p in paths):
         written = prepare_demo_data(demo_dir)

@@ -47,6 +47,12 @@ def resolved_unset(raw: dict[str, Any], cfg: TrinityConfig) -> list[tuple[str, A
     inputs = cfg.buffer.explorer_input
     if inputs.taskset is not None:
         out += _taskset("buffer.explorer_input.taskset", _mapping(inputs_raw.get("taskset")), inputs.taskset)
+    sets_raw = inputs_raw.get("tasksets") or []
+    for i, section in enumerate(inputs.tasksets):
+        given = _mapping(sets_raw[i]) if i < len(sets_raw) else {}
+        if given.get("name") is None:
+            out.append((f"buffer.explorer_input.tasksets[{i}].name", section.name))
+        out += _taskset(f"buffer.explorer_input.tasksets[{i}]", given, section)
     evals_raw = inputs_raw.get("eval_tasksets") or []
     for i, section in enumerate(inputs.eval_tasksets):
         given = _mapping(evals_raw[i]) if i < len(evals_raw) else {}

@@ -120,8 +120,10 @@ class Evaluator:
         reader_id: str,
         batch_size: int,
         default_reward: str | None = None,
+        pack: Callable[[list[Any]], list[Any]] | None = None,
     ) -> None:
         self.default_reward = default_reward  # buffer.default_reward_fn_type
+        self.pack = pack  # CoD packing of each batch read (cod: section), else None
         self.buffer = buffer
         self.runner = runner
         self.tasksets = list(tasksets)
@@ -160,7 +162,8 @@ class Evaluator:
                 first_epoch = batch.epoch
             if not batch.tasks or batch.epoch != first_epoch:
                 break
-            results.extend(await self.runner.run_tasks([self.resolve(t, step) for t in batch.tasks]))
+            tasks = [self.resolve(t, step) for t in batch.tasks]
+            results.extend(await self.runner.run_tasks(self.pack(tasks) if self.pack else tasks))
             if batch.end_of_data:
                 break
         return results

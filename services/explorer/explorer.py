@@ -1,7 +1,8 @@
 """The explorer's step loop (gRPC-free): read tasks, sync weights, roll out, process, write, report.
 
 One step:
-1. ReadTasks(batch_size) from the training taskset; the buffer persists the cursor per reader, and
+1. ReadTasks(batch_size) from the training taskset (or the mix of buffer.explorer_input.tasksets,
+   services/buffer/kinds/mix.py: each task keeps its own set's workflow and reward fn); the buffer persists the cursor per reader, and
    a restarted explorer first asks for the last batch it was handed again (repeat_last), so a step
    killed midway is redone, not lost. Step = batch_index + 1.
 2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any. Under
@@ -21,8 +22,7 @@ data the explorer closes its writer on the experience buffer so the trainer sees
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import functools
 import time
 from collections import Counter
 from typing import Any
@@ -33,6 +33,7 @@ from services.common.experience import Experience
 from services.common.experience import Task as WireTask
 from services.common.logging import get_logger
 from services.common.monitor import peak_rss_mb
+from services.explorer import records
 from services.explorer.eval import Evaluator
 from services.explorer.mid_step import partial_rows
 from services.explorer.pipeline import ExperiencePipeline
@@ -55,14 +56,28 @@ class TaskResolver:
 
     Every setting of a task (workflow, reward fn, repeat_times, rollout/format/workflow args) was
     decided once, by services/common/config/tasksets.py, and arrives on the wire from the buffer.
+    `keys` maps a taskset's name to its config key, for errors (default: the one training taskset).
     """
+
+    def __init__(self, keys: dict[str, str] | None = None) -> None:
+        self.keys = keys or {}
+
+    @classmethod
+    def from_config(cls, cfg: TrinityConfig) -> TaskResolver:
+        inputs = cfg.buffer.explorer_input
+        keys = {ts.name or "taskset": key for key, ts in inputs.training_tasksets()}
+        keys |= {
+            ts.name: f"buffer.explorer_input.eval_tasksets[{i}]" for i, ts in enumerate(inputs.eval_tasksets)
+        }
+        return cls(keys)
 
     def __call__(self, wire: WireTask, batch_id: int) -> Task:
         if not wire.workflow:
+            key = self.keys.get(wire.taskset, "buffer.explorer_input.taskset") + ".default_workflow_type"
             raise InvalidArgument(
-                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set "
-                "buffer.explorer_input.taskset.default_workflow_type (e.g. math_workflow)",
-                field="buffer.explorer_input.taskset.default_workflow_type",
+                f"task {wire.task_id!r} of {wire.taskset!r} names no workflow; set {key} "
+                "(e.g. math_workflow) or buffer.explorer_input.default_workflow_type",
+                field=key,
             )
         return Task.from_wire(
             wire,
@@ -92,7 +107,7 @@ class Explorer:
         self.runner = runner
         self.weights = weights
         self.monitor = monitor
-        self.resolve = TaskResolver()
+        self.resolve = TaskResolver.from_config(cfg)
         dp = cfg.data_processor.experience_pipeline
         self.pipeline = ExperiencePipeline.from_config(dp.operators if dp else [])
         advantage = explorer_side_advantage(cfg)
@@ -100,13 +115,25 @@ class Explorer:
             self.pipeline.operators.append(advantage)
         self.input_log = PipelineInputLog.from_config(cfg)
         inputs = cfg.buffer.explorer_input
-        self.taskset = inputs.taskset
+        self.taskset = inputs.training_reader  # "" when explore mode has nothing to read
+        self.feedback_sets = {  # tasksets that choose their tasks by the pass rates the explorer reports
+            (ts.name or "taskset")
+            for _key, ts in inputs.training_tasksets()
+            if ts.selector.selector_type == "difficulty_based"
+        }
         self.experience_buffer = cfg.buffer.trainer_input.experience_buffer.name
+        self.pack_train = self.pack_eval = None
+        if cfg.cod is not None:  # Connect-the-Dots: each batch's tasks run as packs (workflows/cod/pack.py)
+            from services.explorer.workflows.cod.pack import pack_tasks
+
+            self.pack_train = functools.partial(pack_tasks, cod=cfg.cod, is_eval=False)
+            self.pack_eval = functools.partial(pack_tasks, cod=cfg.cod, is_eval=True)
         self.evaluator = Evaluator(
             buffer=buffer,
             runner=runner,
             tasksets=inputs.eval_tasksets,
             resolve=self.resolve,
+            pack=self.pack_eval,
             reader_id=f"{self.name}-eval",
             batch_size=max(cfg.buffer.batch_size, runner.slots),  # eval tasks fill every runner
         )
@@ -114,7 +141,7 @@ class Explorer:
             buffer,
             buffer_name=self.experience_buffer,
             explorer=self.name,
-            taskset=self.taskset.name if self.taskset else "",
+            taskset=self.taskset,
             chunk=min(WRITE_CHUNK, cfg.buffer.max_batch_items),
         )
         if self.pipeline.batch_level:
@@ -176,9 +203,10 @@ class Explorer:
 
     async def run(self) -> None:
         """Steps until the taskset ends, then close the writer on the experience buffer."""
-        if self.taskset is None:
+        if not self.taskset:
             raise InvalidArgument(
-                "explore mode needs buffer.explorer_input.taskset", field="buffer.explorer_input.taskset"
+                "explore mode needs buffer.explorer_input.taskset (or tasksets)",
+                field="buffer.explorer_input.taskset",
             )
         await self.buffer.open_writer(self.experience_buffer, self.name)
         first = True
@@ -189,7 +217,7 @@ class Explorer:
             # keys, which adds nothing).
             t_tasks = time.perf_counter()
             batch = await self.buffer.read_tasks(
-                self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
+                self.taskset, self.cfg.buffer.batch_size, reader_id=self.name, repeat_last=first
             )
             read_tasks_s = time.perf_counter() - t_tasks
             if batch.end_of_data and not batch.tasks:
@@ -213,7 +241,15 @@ class Explorer:
             if self.evaluator.tasksets and step % self.cfg.explorer.eval_interval == 0:
                 await self.evaluate(step)
             metrics["time/eval_s"] = time.perf_counter() - t_eval
-            await asyncio.to_thread(self._record_step, step, metrics)
+            await asyncio.to_thread(
+                records.record_step,
+                self.cfg.run_dir,
+                self.name,
+                step,
+                metrics,
+                dict(self.last_dropped),
+                self.last_partial,
+            )
             if batch.end_of_data:
                 break
         self.state = "finished"
@@ -253,6 +289,8 @@ class Explorer:
             await writes.group_done(task_index, exps)
 
         tasks = [self.resolve(w, step) for w in wire_tasks]
+        if self.pack_train is not None:
+            tasks = self.pack_train(tasks)
         results = await self.runner.run_tasks(tasks, on_task=group_done)
         seconds = time.perf_counter() - t0  # with the writes streamed while tasks still ran
         t_write = time.perf_counter()
@@ -262,10 +300,9 @@ class Explorer:
 
     async def refill_round(self, step: int, index: int, budget: StepBudget) -> Round | None:
         """Round `index` of step `step` on the next tasks of the step's batch; None: the taskset ended."""
-        assert self.taskset is not None
         t0 = time.perf_counter()
         more = await self.buffer.read_tasks(
-            self.taskset.name, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
+            self.taskset, self.cfg.buffer.batch_size, reader_id=self.name, extend=True
         )
         self.refill_read_s += time.perf_counter() - t0
         return await self.run_round(step, more.tasks, index, budget) if more.tasks else None
@@ -321,11 +358,11 @@ class Explorer:
         return metrics
 
     async def report_feedback(self, results: list[UnitResult]) -> None:
-        if self.taskset is None or self.taskset.selector.selector_type != "difficulty_based":
-            return
-        rates = pass_rates(results)
-        if rates:
-            await self.buffer.report_task_feedback(self.taskset.name, rates)
+        """Pass rates to each difficulty_based taskset, for the tasks it handed out."""
+        for name in sorted(self.feedback_sets):
+            rates = pass_rates([r for r in results if r.task.taskset == name])
+            if rates:
+                await self.buffer.report_task_feedback(name, rates)
 
     async def evaluate(self, step: int, names: list[str] | None = None) -> dict[str, float]:
         async with self.weights_lock:
@@ -339,47 +376,10 @@ class Explorer:
         if scores:
             self.last_eval, self.last_eval_step = dict(scores), step
             self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
-            await asyncio.to_thread(self._record_eval, step, scores, eval_s, answers)
+            head = {"explorer": self.name, "mode": self.cfg.mode, "step": step}
+            head["model_version"] = self.model_version
+            await asyncio.to_thread(records.record_eval, self.cfg.run_dir, head, scores, eval_s, answers)
         return scores
-
-    def _record_step(self, step: int, metrics: dict[str, float]) -> None:
-        """Append the step's timings to <run dir>/explorer/progress-<name>.jsonl (summary.json's
-        phase breakdown, cli/phases.py) and the experiences its pipeline dropped, by reason
-        (summary.json's experiences.dropped, cli/stages.py)."""
-        record = {
-            "time": time.time(),
-            "step": step,
-            "metrics": {k: v for k, v in metrics.items() if k.startswith(("time/", "memory/"))},
-            "dropped": dict(self.last_dropped),
-            "partial": self.last_partial,  # rows sampled by two versions or more (mid_step.py)
-        }
-        path = os.path.join(self.cfg.run_dir, "explorer", f"progress-{self.name}.jsonl")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-
-    def _record_eval(
-        self, step: int, scores: dict[str, float], eval_s: float, answers: list[dict[str, Any]]
-    ) -> None:
-        """Append to <run dir>/eval/results.jsonl (`trinity run` builds summary.json from it) and
-        each sample's answer to eval/answers.jsonl."""
-        record = {
-            "time": time.time(),
-            "explorer": self.name,
-            "mode": self.cfg.mode,
-            "step": step,
-            "model_version": self.model_version,
-            "eval_s": round(eval_s, 3),
-            "scores": scores,
-        }
-        path = os.path.join(self.cfg.run_dir, "eval", "results.jsonl")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        # each held-out answer beside its question, for `trinity view`'s before/after comparison
-        head = {k: record[k] for k in ("explorer", "mode", "step", "model_version")}
-        with open(os.path.join(self.cfg.run_dir, "eval", "answers.jsonl"), "a") as fh:
-            fh.writelines(json.dumps({**head, **a}, default=str) + "\n" for a in answers)
 
     async def bench(self, checkpoints: list[tuple[int, str]]) -> dict[int, dict[str, float]]:
         """bench mode: evaluate each checkpoint in order (the current weights when there is none)."""

@@ -51,6 +51,8 @@ from services.trainer.modeling import (
     enable_gradient_checkpointing,
 )
 from services.trainer.settings import EngineSettings, lr_factor
+from services.trainer.ulysses import setup_sequence_parallel
+from services.trainer.ulysses_forward import LogprobOptions, sharded_logprobs
 
 TOP_LEVEL = ("rollout_corr/",)  # loss metrics logged under their own name, not actor/ (veRL's)
 
@@ -101,6 +103,10 @@ class TrainEngine:
             enable_gradient_checkpointing(self.model)
             if self.critic is not None:
                 enable_gradient_checkpointing(self.critic.backbone)
+        # Ulysses: attention through the all-to-all; the ranks of a group read the same micro-batches
+        self.sp = setup_sequence_parallel(
+            dist, settings.ulysses_size, self.model, self.ref_model, self.critic
+        )
         if dist is not None:  # shard before the optimizer sees the parameters (they become DTensors)
             shard(self.model)
             if self.critic is not None:
@@ -145,17 +151,14 @@ class TrainEngine:
         self, model: nn.Module, inputs: ModelInputs, *, with_entropy: bool, entropy_grad: bool = False
     ) -> tuple[Tensor, Tensor | None]:
         """Logprob (and entropy) [b, T] of the response tokens under `model`, temperature applied."""
+        options = LogprobOptions(
+            self.settings.temperature, self.settings.logprob_chunk_size, with_entropy, entropy_grad
+        )
+        if self.sp is not None:  # Ulysses: this rank's positions, the group's gathered
+            return sharded_logprobs(model, inputs, self.sp, self._autocast(), options)
         with self._autocast():
             logits, start = response_logits(model, inputs, logits_to_keep=self._logits_to_keep)
-        return response_logprobs(
-            logits,
-            start,
-            inputs.responses,
-            temperature=self.settings.temperature,
-            chunk_tokens=self.settings.logprob_chunk_size,
-            with_entropy=with_entropy,
-            entropy_grad=entropy_grad,
-        )
+        return response_logprobs(logits, start, inputs.responses, **options._asdict())
 
     def policy(self, inputs: ModelInputs, *, with_entropy: bool = True) -> tuple[Tensor, Tensor | None]:
         """Current policy's logprob and entropy over the response, [b, T] each (grad flows)."""
@@ -285,8 +288,9 @@ class TrainEngine:
                     prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
                 metrics.update({f"actor/{k}": v for k, v in prepass.items()})
             chunks = self._chunks(batch, active)
-            if self.dist is not None:
-                mine = deal_micro_batches(chunks, self.dist.rank, world)
+            if self.dist is not None:  # to data-parallel ranks: the groups under Ulysses
+                dp_rank, dp_size = (self.sp.dp_rank, self.sp.dp_size) if self.sp else (self.dist.rank, world)
+                mine = deal_micro_batches(chunks, dp_rank, dp_size)
             else:
                 mine = [(c, True) for c in chunks]
             for idx, real in mine:
@@ -323,13 +327,14 @@ class TrainEngine:
             )
         with self.peaks.phase("backward"):
             loss.backward()
-        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world
+        copies = self.sp.size if self.sp is not None else 1  # a group's ranks all add the same numbers
+        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world / copies
         for key, value in parts.items():
-            sums[key] = sums.get(key, 0.0) + float(value) * share
+            sums[key] = sums.get(key, 0.0) + float(value) * share / copies
         if entropy is not None:
             mask = mb.train.action_mask
             mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
-            sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share
+            sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share / copies
 
     def _rows_to_train(self, batch: Batch) -> Tensor:
         """Indices of the rows the update passes over: all of them, or, when the algorithm says a

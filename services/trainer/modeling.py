@@ -10,10 +10,14 @@ from typing import Any
 from torch import Tensor, nn
 
 from services.trainer.batching import Batch, ModelInputs
+from services.trainer.ulysses import SequenceParallel
+from services.trainer.ulysses_forward import sharded_values
 
 
 class ValueModel(nn.Module):
     """A critic: the backbone of a causal LM plus a linear head giving one value per token."""
+
+    sequence_parallel: SequenceParallel | None = None  # Ulysses: set by ulysses.setup_sequence_parallel
 
     def __init__(self, lm: nn.Module) -> None:
         super().__init__()
@@ -27,6 +31,8 @@ class ValueModel(nn.Module):
 
     def forward(self, inputs: ModelInputs) -> Tensor:
         """Values [b, T] at the positions that predict each response token (aligned with logprobs)."""
+        if self.sequence_parallel is not None:  # inside this forward, so FSDP has gathered the head
+            return sharded_values(self.backbone, self.value_head, inputs, self.sequence_parallel)
         out = self.backbone(
             input_ids=inputs.input_ids, attention_mask=inputs.attention_mask, position_ids=inputs.position_ids
         )

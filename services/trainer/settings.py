@@ -17,6 +17,7 @@ class EngineSettings:
 
     micro_batch_size: int = 8
     tokens_per_micro_batch: int | None = None  # trainer.use_dynamic_bsz: micro-batches by token budget
+    ulysses_size: int = 1  # ranks a sequence is split over (trainer.ulysses_sequence_parallel_size)
     ppo_epochs: int = 1
     critic_warmup: int = 0  # first steps train only the critic
     lr: float = 1e-6
@@ -51,13 +52,17 @@ class EngineSettings:
                 "warmup_style cosine needs trainer.total_steps", field="algorithm.optimizer.warmup_style"
             )
         # the sampling temperature the explorer used: the training taskset's rollout_args, which the
-        # loader resolved (model.temperature included, config/tasksets.py)
-        taskset = cfg.buffer.explorer_input.taskset
-        rollout_args = taskset.rollout_args if taskset else cfg.model.rollout_defaults
+        # loader resolved (model.temperature included, config/tasksets.py; mixed tasksets share one)
+        training = cfg.buffer.explorer_input.training_tasksets()
+        rollout_args = training[0][1].rollout_args if training else cfg.model.rollout_defaults
         temperature = float(rollout_args.get("temperature", 1.0) or 1.0)
+        # veRL's rule: a micro-batch split over N ranks holds N x max_token_len_per_gpu tokens
+        ulysses = cfg.trainer.ulysses_sequence_parallel_size
+        budget = cfg.trainer.tokens_per_micro_batch
         return cfg_cls(
             micro_batch_size=cfg.trainer.effective_micro_batch_size,
-            tokens_per_micro_batch=cfg.trainer.tokens_per_micro_batch,
+            tokens_per_micro_batch=budget * ulysses if budget is not None else None,
+            ulysses_size=ulysses,
             ppo_epochs=cfg.trainer.ppo_epochs,
             critic_warmup=cfg.trainer.critic_warmup,
             lr=opt.lr,

@@ -28,3 +28,23 @@ class PlannedSync:
 
     async def report_sync(self, version: int, ok: bool, error: str = "") -> None:
         self.reports.append((version, ok))
+
+
+class ByteTokenizer:
+    """One token per UTF-8 byte (id = byte value), 256 = EOS: decoding a prefix can end inside a character."""
+
+    eos_token_id = 256
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        eos = "" if skip_special_tokens else "<eos>"
+        out, run = [], bytearray()
+        for i in ids:
+            if i == self.eos_token_id:
+                out.append(run.decode(errors="replace") + eos)
+                run = bytearray()
+            else:
+                run.append(i)
+        return "".join(out) + run.decode(errors="replace")
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode())

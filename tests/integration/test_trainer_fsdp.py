@@ -5,7 +5,9 @@ a reference model and behaviour logprobs recomputed by the trainer. With 3 rows 
 of 1, rank 0 gets two micro-batches and rank 1 one plus a zero-weight dummy. The losses, grad
 norms, the published version 2 and the final checkpoint must match a one-process engine trained on
 the same batches — including a fourth step run by a second torchrun that resumes the sharded
-optimizer state from the step-3 checkpoint.
+optimizer state from the step-3 checkpoint. With trainer.ulysses_sequence_parallel_size 2 the two
+ranks form one sequence-parallel group instead: both run every micro-batch, each on half of the
+positions (services/trainer/ulysses.py), and the same numbers must come out.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -66,7 +69,10 @@ def _torchrun(config: pathlib.Path, log_path: pathlib.Path) -> int:
 
 
 @pytest.mark.slow  # two torchrun launches of two ranks each: ~35 s on an idle 2-core machine
-async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_process, tmp_path) -> None:
+@pytest.mark.parametrize("ulysses", [1, 2])
+async def test_fsdp2_on_two_cpu_ranks_matches_one_process(
+    make_config, service_process, tmp_path, ulysses: int
+) -> None:
     config, data = make_config(
         {
             "mode": "both",
@@ -79,6 +85,7 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
                 "save_interval": 100,
                 "micro_batch_size": 1,
                 "strategy": "fsdp2",
+                "ulysses_sequence_parallel_size": ulysses,
                 "read_timeout_s": 2,
             },
             "monitor": {"monitor_type": "none"},
@@ -99,6 +106,9 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
     await buffer_write(buffer_addr, rows)
 
     assert _torchrun(config, tmp_path / "torchrun-1.log") == 0
+    # each rank says whether it split the sequences (dp_size: data-parallel groups of the 2 ranks)
+    split = len(re.findall(r'"event":\s*"sequence_parallel"', (tmp_path / "torchrun-1.log").read_text()))
+    assert split == (2 if ulysses == 2 else 0)
 
     # Resume under FSDP2 (optimizer state scattered back to the shards) for one more step, train-only.
     await buffer_write(
@@ -116,7 +126,9 @@ async def test_fsdp2_on_two_cpu_ranks_matches_one_process(make_config, service_p
     sharded_cfg = load_config(str(config))
     cfg = sharded_cfg.model_copy(
         update={
-            "trainer": sharded_cfg.trainer.model_copy(update={"strategy": "single"}),
+            "trainer": sharded_cfg.trainer.model_copy(
+                update={"strategy": "single", "ulysses_sequence_parallel_size": 1}
+            ),
             "checkpoint_root_dir": str(tmp_path / "single"),
         }
     )

@@ -31,6 +31,7 @@ ADVANTAGE_FN = Registry(
         "step_wise_grpo": "services.algorithms.advantage.external_signal:step_wise_grpo",
         # computed by the explorer's pipeline; trainer rows without advantages are refused
         "gigpo": "services.algorithms.advantage.gigpo:gigpo",
+        "cod": "services.algorithms.advantage.cod:cod",
         "clipb": "services.algorithms.advantage.external_signal:clipb",
         "clipv": "services.algorithms.advantage.external_signal:clipv",
     },

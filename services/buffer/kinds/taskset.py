@@ -132,17 +132,12 @@ class TasksetBuffer:
             self.digest = bots.data_digest(self.task_ids, self.features)
 
     async def load(self) -> None:
-        async def q(conn: AsyncConnection) -> tuple[dict[str, Cursor], dict[str, float], Any]:
-            cur = {
-                r.reader_id: Cursor(r.epoch, r.offset, r.batch_index, r.tasks_read)
-                for r in (await conn.execute(select(s.cursors))).all()
-            }
+        async def q(conn: AsyncConnection) -> tuple[dict[str, float], Any]:
             fb = {r.task_id: r.pass_rate for r in (await conn.execute(select(s.feedback))).all()}
-            return cur, fb, (await conn.execute(select(s.bots_state))).first()
+            return fb, (await conn.execute(select(s.bots_state))).first()
 
-        cursors, fb, stored = await self.db.read(q)
-        self.cursors = {k: c for k, c in cursors.items() if not k.endswith(PREVIOUS)}
-        self.previous = {k.removesuffix(PREVIOUS): c for k, c in cursors.items() if k.endswith(PREVIOUS)}
+        self.cursors, self.previous = await load_cursors(self.db)
+        fb, stored = await self.db.read(q)
         self.pass_rates = {self.index_of[t]: rate for t, rate in fb.items() if t in self.index_of}
         if self.features is not None and stored is not None:
             state = bots.unpack(stored, len(self.rows)) if stored.data_digest == self.digest else None
@@ -176,6 +171,18 @@ class TasksetBuffer:
         weights = np.array([math.exp(-abs(self.pass_rates.get(i, target) - target) / temp) for i in range(n)])
         return [int(i) for i in rng.choice(n, size=size, replace=False, p=weights / weights.sum())]
 
+    def select_from(self, position: int, count: int) -> list[int]:
+        """`count` row indices from the `position`-th task this taskset's selector hands out, wrapping
+        over epochs (a mix of tasksets reads its members so, as Trinity's selectors do): the batch
+        that starts at `position` runs to the end of its epoch, the rest starts the next one."""
+        n, out = len(self.rows), []
+        while count > 0:
+            epoch, offset = divmod(position, n)
+            take = min(count, n - offset)
+            out += self._indices(Cursor(epoch, offset, batch_index=position, tasks_read=position), take)
+            position, count = position + take, count - take
+        return out
+
     def _advance(self, cur: Cursor, size: int, extend: bool = False) -> tuple[Cursor, list[int]] | None:
         """The cursor after the next batch (an extension of the last one) and its row indices; None
         at the end. An extension keeps the batch index, and total_steps (a count of batches) never
@@ -194,7 +201,7 @@ class TasksetBuffer:
         nxt.tasks_read += len(indices)
         return nxt, indices
 
-    def _task(self, i: int) -> Task:
+    def task_at(self, i: int) -> Task:
         c = self.cfg
         return Task(
             workflow=c.workflow,
@@ -245,20 +252,10 @@ class TasksetBuffer:
             return TaskBatch([], cur.epoch, cur.batch_index - 1, True)
         nxt, indices = step
         await self._store_cursors(((reader_id, nxt),), lambda: self.cursors.__setitem__(reader_id, nxt))
-        return TaskBatch([self._task(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
+        return TaskBatch([self.task_at(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
 
     async def _store_cursors(self, cursors: tuple[tuple[str, Cursor], ...], after: Any) -> None:
-        """Persist (reader key, cursor) pairs in one transaction, then run `after()`."""
-
-        async def op(conn: AsyncConnection) -> None:
-            for rid, c in cursors:
-                values = dict(
-                    epoch=c.epoch, offset=c.offset, batch_index=c.batch_index, tasks_read=c.tasks_read
-                )
-                stmt = sqlite_insert(s.cursors).values(reader_id=rid, **values)
-                await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
-
-        await self.db.write(op, lambda _: after())
+        await store_cursors(self.db, cursors, after)
 
     async def _read_locked(
         self, batch_size: int, reader_id: str, rewind: bool, repeat_last: bool
@@ -279,7 +276,7 @@ class TasksetBuffer:
             self.previous[reader_id] = cur
 
         await self._store_cursors(((reader_id, nxt), (reader_id + PREVIOUS, cur)), after)
-        return TaskBatch([self._task(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
+        return TaskBatch([self.task_at(i) for i in indices], nxt.epoch, nxt.batch_index - 1, False)
 
     async def report_feedback(self, feedback: list[tuple[str, float]]) -> None:
         for k, (task_id, rate) in enumerate(feedback):
@@ -326,3 +323,27 @@ class TasksetBuffer:
         read = sum(c.tasks_read for c in self.cursors.values())
         ended = bool(self.cursors) and all(self._advance(c, 1) is None for c in self.cursors.values())
         return dict(depth=len(self.rows), written=read, read=read, end_of_data=ended, checked_at=time.time())
+
+
+async def store_cursors(db: Database, cursors: tuple[tuple[str, Cursor], ...], after: Any) -> None:
+    """Persist (reader key, cursor) pairs in one transaction, then run `after()`."""
+
+    async def op(conn: AsyncConnection) -> None:
+        for rid, c in cursors:
+            values = dict(epoch=c.epoch, offset=c.offset, batch_index=c.batch_index, tasks_read=c.tasks_read)
+            stmt = sqlite_insert(s.cursors).values(reader_id=rid, **values)
+            await conn.execute(stmt.on_conflict_do_update(index_elements=["reader_id"], set_=values))
+
+    await db.write(op, lambda _: after())
+
+
+async def load_cursors(db: Database) -> tuple[dict[str, Cursor], dict[str, Cursor]]:
+    """The stored cursors of each reader and each reader's cursor before its last batch."""
+
+    async def q(conn: AsyncConnection) -> dict[str, Cursor]:
+        rows = (await conn.execute(select(s.cursors))).all()
+        return {r.reader_id: Cursor(r.epoch, r.offset, r.batch_index, r.tasks_read) for r in rows}
+
+    cursors = await db.read(q)
+    current = {k: c for k, c in cursors.items() if not k.endswith(PREVIOUS)}
+    return current, {k.removesuffix(PREVIOUS): c for k, c in cursors.items() if k.endswith(PREVIOUS)}

@@ -77,7 +77,9 @@ class AlgorithmConfig(Section):
     """grpo, ppo, rloo, reinforceplusplus, opmd, none, reinforce, asymre, rec, grpo_verl, opmd_verl,
     asymre_verl, on_policy_distill and jsd (teacher logprobs), step_wise_grpo (computed by the
     explorer; rows without advantages are scored from their run/step ids), gigpo (computed by the
-    explorer from each step's anchor state; rows without advantages are refused), or a dotted path
+    explorer from each step's anchor state; rows without advantages are refused), cod (Trinity v0.6's
+    Connect-the-Dots reward-to-go credit over a CoD pack's episodes, computed by the explorer; needs
+    the cod: section), or a dotted path
     "pkg.module:fn". Also accepted, failing at the first batch with the missing data named: remax
     (greedy baseline reward), clipb and clipv (per-token entropy)."""
     advantage_fn_args: dict[str, Any] | None = None
@@ -86,7 +88,12 @@ class AlgorithmConfig(Section):
     asymre (baseline_shift -0.1), rec (epsilon 1e-6, std_normalize false, drop null|balance),
     on_policy_distill (kl_coef 1.0), jsd (kl_coef 1.0, lambda_coef 0.5), step_wise_grpo (epsilon 1e-6,
     enable_step_norm false, std_cal_level group|batch|none, std_threshold), gigpo (omega 1.0, gamma 1.0,
-    fnorm none|std, epsilon 1e-6, step_reward_key step_reward, env_state_hash_key env_state_hash), clipb (epsilon 1e-6, mu 2.5),
+    fnorm none|std, epsilon 1e-6, step_reward_key step_reward, env_state_hash_key env_state_hash), cod
+    (step_wise_grpo's, and iterative_hint_e2e_causal false, e2e_causal_returns_style
+    mean|sliding_window_mean|discounted, e2e_causal_returns_window -1, e2e_causal_returns_gamma 1.0,
+    e2e_causal_baseline group-mean, red_weight_temp, red_weight_adaptive_temp false,
+    red_weight_adaptive_version bisection, red_weight_adaptive_level task|taskset, red_weight_adv_shift
+    false, mask_format_issue_exp: no effect, as in Trinity), clipb (epsilon 1e-6, mu 2.5),
     clipv (epsilon 1e-6, mu 8.5, max_frac 1e-4)."""
     policy_loss_fn: str | None = None
     """ppo, gspo, cispo, opmd, sft, dpo, mix, mix_chord, sft_is, sft_phi, topr, sppo, rec,

@@ -262,9 +262,20 @@ class StorageConfig(Section):
         )
 
 
+MIX_NAME = "tasksets"
+"""The buffer name under which the explorer reads the mixed batches of buffer.explorer_input.tasksets
+(services/buffer/kinds/mix.py); no taskset may be named so."""
+
+
 class ExplorerInputConfig(Section):
     taskset: StorageConfig | None = None
     """Training taskset."""
+    tasksets: list[StorageConfig] = Field(default_factory=list)
+    """Several training tasksets (Trinity's TasksetScheduler; give this or taskset, not both): each
+    batch mixes them in proportion to their sizes, the order of sets shuffled per epoch, and each
+    set's task_selector picks its tasks (services/buffer/kinds/mix.py). Each task keeps its set's
+    workflow, reward fn, format and rollout_args; an unnamed set is taskset_<i>. File tasksets only;
+    epochs and steps are buffer.total_epochs / total_steps (a set's own are refused)."""
     eval_tasksets: list[StorageConfig] = Field(default_factory=list)
     """Evaluation tasksets."""
     default_workflow_type: str | None = None
@@ -273,6 +284,47 @@ class ExplorerInputConfig(Section):
     """Workflow of an eval taskset that sets none (before default_workflow_type; Trinity's key)."""
     default_reward_fn_type: str | None = None
     """Reward fn of a taskset that names none (before buffer.default_reward_fn_type)."""
+
+    @model_validator(mode="after")
+    def _training_tasksets(self) -> ExplorerInputConfig:
+        if self.taskset is not None and self.tasksets:
+            raise ValueError(
+                "buffer.explorer_input.tasksets: taskset and tasksets are both set (Trinity refuses it "
+                "too); give one taskset as taskset, or list them all under tasksets"
+            )
+        seen: set[str] = set()
+        for i, ts in enumerate(self.tasksets):
+            key = f"buffer.explorer_input.tasksets[{i}]"
+            if ts.storage_type != "file":
+                raise ValueError(
+                    f"{key}.storage_type: {ts.storage_type!r}; mixed training tasksets are read from files "
+                    "(jsonl/parquet/dataset directory), as Trinity's TasksetScheduler: use storage_type file"
+                )
+            name = ts.name or f"taskset_{i}"  # an unnamed one's name (services/common/config/tasksets.py)
+            if name in seen:
+                raise ValueError(f"{key}.name: {name!r} names two tasksets; give each its own name")
+            seen.add(name)
+        sets = ([self.taskset] if self.taskset else []) + self.tasksets + self.eval_tasksets
+        if any(ts.name == MIX_NAME for ts in sets):
+            raise ValueError(
+                f"buffer.explorer_input: no taskset may be named {MIX_NAME!r} (the explorer reads the "
+                "mixed batches of tasksets under that name); rename it"
+            )
+        return self
+
+    def training_tasksets(self) -> list[tuple[str, StorageConfig]]:
+        """(key path, section) of each training taskset: taskset, or the items of tasksets."""
+        if self.taskset is not None:
+            return [("buffer.explorer_input.taskset", self.taskset)]
+        return [(f"buffer.explorer_input.tasksets[{i}]", ts) for i, ts in enumerate(self.tasksets)]
+
+    @property
+    def training_reader(self) -> str:
+        """The taskset name the explorer reads its batches from: the one taskset's (default
+        `taskset`), or MIX_NAME for tasksets; "" when there is none."""
+        if self.taskset is not None:
+            return self.taskset.name or "taskset"
+        return MIX_NAME if self.tasksets else ""
 
 
 class TrainerInputConfig(Section):
@@ -307,3 +359,16 @@ class BufferConfig(Section):
     """Default lease of a read, in seconds, before unacked items come back."""
     max_batch_items: int = Field(4096, ge=1)
     """Largest number of experiences in one Write or Read; more is INVALID_ARGUMENT."""
+
+    @model_validator(mode="after")
+    def _mixed_epochs(self) -> BufferConfig:
+        for i, ts in enumerate(self.explorer_input.tasksets):
+            for key in ("total_epochs", "total_steps"):
+                own, mix = getattr(ts, key), getattr(self, key)
+                if own is not None and own != mix:
+                    raise ValueError(
+                        f"buffer.explorer_input.tasksets[{i}].{key}: {own}; the mixed tasksets run "
+                        f"buffer.{key} ({mix}) together (Trinity overrides a set's own): set buffer.{key} "
+                        "and remove the taskset's key"
+                    )
+        return self

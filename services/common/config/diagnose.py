@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from services.common.config.messages import NAMED_KEY, dotted, format_error
 from services.common.config.resolve import resolve_derived
 from services.common.config.schema import TrinityConfig
-from services.common.config.tasksets import repeat_times_conflict, resolve_tasksets
+from services.common.config.tasksets import resolve_tasksets, training_conflicts
 from services.common.config.trinity_keys import strip_inert
 
 MAX_ROUNDS = 50
@@ -95,11 +95,11 @@ def _tree(
                 tree = _without(tree, culprit)
                 removed.add(culprit)
             continue
-        conflict = repeat_times_conflict(cfg)
-        if conflict:
-            key: Loc = ("buffer", "explorer_input", "taskset", "repeat_times")
+        conflicts = training_conflicts(cfg)
+        for key, conflict in conflicts:
             problems.append(Problem(prefix + dotted(key), prefix + conflict))
             tree = _without(tree, key)  # so that the stages, merged over the tree, do not repeat it
+        if conflicts:
             cfg = TrinityConfig.model_validate(tree)
         return resolve_derived(resolve_tasksets(cfg)), tree
     return None, tree

@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from services.common.config.algorithm import AlgorithmConfig
 from services.common.config.base import Section
 from services.common.config.buffer import BufferConfig
+from services.common.config.cod import CodConfig
 from services.common.config.explorer import ExplorerConfig
 from services.common.config.model import ModelConfig
 from services.common.config.monitor import (
@@ -104,6 +105,9 @@ class TrinityConfig(Section):
     """Stages run in order, each from the previous stage's final weights."""
     services: ServicesConfig = ServicesConfig()
     """Addresses, security and timeouts of the four services."""
+    cod: CodConfig | None = None
+    """Trinity v0.6's research Connect-the-Dots section: given, the explorer packs tasks for the cod_*
+    workflows (docs/workflows.md); unset: no packing."""
 
     _stage_configs: list[TrinityConfig] = PrivateAttr(default_factory=list)
 

@@ -16,7 +16,9 @@ names up. Precedence, as Trinity-RFT's config validator (`_check_explorer_input`
 | total_epochs / total_steps | taskset's > buffer.total_epochs / total_steps | taskset's > 1 / none |
 
 `buffer.default_workflow_type` / `default_reward_fn_type` are older Trinity spellings kept as the last
-fallback.
+fallback. The items of `buffer.explorer_input.tasksets` (several training tasksets) follow the training
+column, and an unnamed one is `taskset_<i>` (Trinity's name); their mixing is the buffer's
+(services/buffer/kinds/mix.py).
 """
 
 from __future__ import annotations
@@ -96,20 +98,47 @@ def task_settings(section: StorageConfig) -> dict[str, Any]:
     }
 
 
-def repeat_times_conflict(cfg: TrinityConfig) -> str | None:
-    """Why the training taskset's repeat_times cannot stand, or None.
+def training_conflicts(cfg: TrinityConfig) -> list[tuple[tuple[str | int, ...], str]]:
+    """(key location, why) of each training-taskset setting that cannot stand.
 
-    Trinity overwrites taskset.repeat_times with algorithm.repeat_times; here a different value is an
-    error instead (the trainer's batch is batch_size x algorithm.repeat_times, so a taskset sampling
-    another count would never fill it, or mix groups)."""
-    taskset = cfg.buffer.explorer_input.taskset
-    if taskset is None or taskset.repeat_times is None or taskset.repeat_times == cfg.algorithm.repeat_times:
-        return None
-    return (
-        f"buffer.explorer_input.taskset.repeat_times ({taskset.repeat_times}) differs from "
-        f"algorithm.repeat_times ({cfg.algorithm.repeat_times}); rollouts per training task are "
-        "algorithm.repeat_times (as in Trinity): set it there and remove the taskset's key"
-    )
+    repeat_times: Trinity overwrites a training taskset's with algorithm.repeat_times; here a different
+    value is an error instead (the trainer's batch is batch_size x algorithm.repeat_times, so a taskset
+    sampling another count would never fill it, or mix groups). temperature: the trainer recomputes
+    logprobs at one sampling temperature, so mixed tasksets must sample at the same one."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    inputs = cfg.buffer.explorer_input
+    sets: list[tuple[tuple[str | int, ...], StorageConfig]] = []
+    sets += [(("taskset",), inputs.taskset)] if inputs.taskset is not None else []
+    sets += [(("tasksets", i), ts) for i, ts in enumerate(inputs.tasksets)]
+    for loc, ts in sets:
+        if ts.repeat_times is not None and ts.repeat_times != cfg.algorithm.repeat_times:
+            key = f"buffer.explorer_input.{dotted_loc(loc)}.repeat_times"
+            out.append(
+                (
+                    ("buffer", "explorer_input", *loc, "repeat_times"),
+                    f"{key} ({ts.repeat_times}) differs from algorithm.repeat_times "
+                    f"({cfg.algorithm.repeat_times}); rollouts per training task are algorithm.repeat_times "
+                    "(as in Trinity): set it there and remove the taskset's key",
+                )
+            )
+    defaults = dict(cfg.model.rollout_defaults)
+    # unset: 1.0, as the engines and the trainer (services/trainer/settings.py) read it
+    temps = [float({**defaults, **ts.rollout_args}.get("temperature") or 1.0) for ts in inputs.tasksets]
+    for i, temp in enumerate(temps[1:], start=1):
+        if temp != temps[0]:
+            out.append(
+                (
+                    ("buffer", "explorer_input", "tasksets", i, "rollout_args", "temperature"),
+                    f"buffer.explorer_input.tasksets[{i}].rollout_args.temperature ({temp}) differs from "
+                    f"tasksets[0]'s ({temps[0]}); the trainer recomputes logprobs at one sampling "
+                    "temperature: give every mixed taskset the same (or set model.temperature only)",
+                )
+            )
+    return out
+
+
+def dotted_loc(loc: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
 def resolve_tasksets(cfg: TrinityConfig) -> TrinityConfig:
@@ -117,7 +146,13 @@ def resolve_tasksets(cfg: TrinityConfig) -> TrinityConfig:
     defaults = TasksetDefaults.from_config(cfg)
     inputs = cfg.buffer.explorer_input
     updates: dict[str, Any] = {
-        "eval_tasksets": [effective_taskset(ts, defaults, is_eval=True) for ts in inputs.eval_tasksets]
+        "eval_tasksets": [effective_taskset(ts, defaults, is_eval=True) for ts in inputs.eval_tasksets],
+        "tasksets": [
+            effective_taskset(ts, defaults, is_eval=False).model_copy(
+                update={"name": ts.name or f"taskset_{i}"}
+            )
+            for i, ts in enumerate(inputs.tasksets)
+        ],
     }
     if inputs.taskset is not None:
         updates["taskset"] = effective_taskset(inputs.taskset, defaults, is_eval=False)

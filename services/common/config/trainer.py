@@ -37,7 +37,12 @@ class TrainerConfig(Section):
     (prompt + response); a single longer row gets a micro-batch of its own. Unset with use_dynamic_bsz:
     2 x model.max_model_len (Trinity's default; resolved at load)."""
     ulysses_sequence_parallel_size: int = Field(1, ge=1)
-    """veRL's Ulysses sequence parallelism; only 1 (none) is supported here."""
+    """Ulysses sequence parallelism (veRL's key): each sequence is split over this many ranks, which
+    exchange heads for positions around attention (all-to-all), so a rank holds 1/N of every
+    activation but attention's. Needs strategy fsdp2 under torchrun with a multiple of N ranks (the
+    data-parallel size is ranks / N), a Llama, Qwen2, Qwen3 or GPT-2 (builtin) model whose attention
+    heads N divides, with sdpa or eager attention; docs/sequence_parallel.md. With use_dynamic_bsz a
+    micro-batch holds N x max_token_len_per_gpu tokens (veRL's rule)."""
     trainer_config: dict[str, Any] | None = None
     """Trinity's inline veRL config: each leaf is used for our equivalent key (when that key is not
     set), has no effect by design, or is rejected with the reason (services/common/config/verl.py)."""
@@ -86,13 +91,6 @@ class TrainerConfig(Section):
 
     @model_validator(mode="after")
     def _check_trinity_keys(self) -> TrainerConfig:
-        if self.ulysses_sequence_parallel_size != 1:
-            raise ValueError(
-                f"trainer.ulysses_sequence_parallel_size {self.ulysses_sequence_parallel_size} is not "
-                "supported: this trainer has no sequence parallelism (only 1); to fit long sequences use "
-                "trainer.use_dynamic_bsz with a smaller max_token_len_per_gpu, gradient_checkpointing, "
-                "or strategy fsdp2"
-            )
         if self.trainer_config is not None:
             check_trainer_config(self.trainer_config)
             for key, value in mapped_settings(self.trainer_config).items():

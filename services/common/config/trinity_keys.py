@@ -41,8 +41,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "ulysses_sequence_parallel_size, Trinity's rule, resolved at load",
     ),
     "trainer.ulysses_sequence_parallel_size": KeyMeaning(
-        "rejected",
-        "1 accepted (no sequence parallelism); > 1 rejected: use use_dynamic_bsz, gradient_checkpointing or fsdp2",
+        "mapped",
+        "Ulysses sequence parallelism of the fsdp2 trainer: each sequence split over N torchrun ranks, "
+        "all-to-all around attention (Llama, Qwen2, Qwen3, GPT-2); needs strategy fsdp2 on a multiple "
+        "of N ranks, checked when the trainer starts; docs/sequence_parallel.md",
     ),
     "trainer.trainer_config": KeyMeaning(
         "mapped",
@@ -326,11 +328,6 @@ TRINITY_KEYS.update(
         ),
         "buffer.*.format.workflow_key": inert("empty only: one workflow per taskset here", ""),
         "buffer.*.format.reward_fn_key": inert("empty only: one reward fn per taskset here", ""),
-        "buffer.explorer_input.tasksets": KeyMeaning(
-            "rejected",
-            "several training tasksets are not supported yet: give one as buffer.explorer_input.taskset",
-        ),
-        "buffer.explorer_input.tasksets[*].*": KeyMeaning("rejected", "see buffer.explorer_input.tasksets"),
         # data_processor, stages
         "data_processor.task_pipeline.*": KeyMeaning(
             "rejected", "task operators (Data-Juicer) are not implemented: prepare the task file beforehand"

@@ -18,12 +18,6 @@ MEGATRON = (
     "parallelism is trainer.strategy fsdp2); Trinity's default accepted"
 )
 
-COD = (
-    "Trinity's research Connect-the-Dots (CoD) section: packs task_pack_size tasks into one long rollout for "
-    "its cod_* workflows and cod advantage, which this project does not have; Trinity's default accepted "
-    "(it changes nothing without those workflows)"
-)
-
 V06_KEYS: dict[str, KeyMeaning] = {
     # inference engines: the policy's and the auxiliary models'
     **{
@@ -135,10 +129,4 @@ V06_KEYS: dict[str, KeyMeaning] = {
     "trainer.megatron.sequence_parallel": inert(
         MEGATRON + " (true or false: no effect without tensor parallelism)"
     ),
-    # the research CoD section
-    "cod": inert(COD, {}),
-    "cod.task_pack_size": inert(COD, 4),
-    "cod.eval_task_pack_size": inert(COD, None),
-    "cod.packing_strategy": inert(COD, "cod"),
-    "cod.cod_workflow_args": inert(COD, {}),
 }

@@ -92,7 +92,7 @@ RULES: tuple[VerlRule, ...] = (
     VerlRule(
         "*.ulysses_sequence_parallel_size",
         "rejected",
-        "no sequence parallelism here: use trainer.use_dynamic_bsz",
+        "one sequence-parallel size for every model here: set trainer.ulysses_sequence_parallel_size",
         (1,),
     ),
     VerlRule(

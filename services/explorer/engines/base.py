@@ -6,6 +6,12 @@ trainer's importance ratio starts at exactly 1 for on-policy data. Engines are s
 single-threaded; `BatchingEngine` gives them a thread of their own and merges the requests of
 concurrent workflows (sync ones in threads, async ones on the event loop) into large batches,
 which is where the throughput comes from.
+
+Streaming: an engine whose `streams` is True takes an `on_token(row, token_id, logprob)` callback in
+`generate_batch` and calls it on its own thread for each token as it is sampled (row = the index
+of the sequence in the flat batch, prompt-major then sample). `BatchingEngine.submit(...,
+on_token=)` routes each token of a shared batch to the request it belongs to; engines that do not
+stream never call it, and their callers get every token with the finished outputs.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -76,6 +82,12 @@ class GenerationOutput:
     (partial rollouts: weights changed between two tokens); None: one version for all."""
 
 
+class TokenSink(Protocol):
+    """Called on the engine's thread for each sampled token: (sequence index, token id, logprob)."""
+
+    def __call__(self, row: int, token_id: int, logprob: float) -> None: ...
+
+
 class InferenceEngine(ABC):
     """A model that samples. Not thread-safe: BatchingEngine serializes every call."""
 
@@ -83,12 +95,15 @@ class InferenceEngine(ABC):
     model_version: int = 0
     """The version of the weights loaded, set by every versioned load (BatchingEngine.update_weights_async
     with a version, push_weights); engines that record token_versions stamp each token with it."""
+    streams: bool = False
+    """True: generate_batch takes `on_token` and calls it for each token as it is sampled."""
 
     @abstractmethod
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams
     ) -> list[list[GenerationOutput]]:
-        """For each prompt, `params.n` samples."""
+        """For each prompt, `params.n` samples. Engines with `streams` also take `on_token: TokenSink | None`
+        (a keyword argument) and call it per sampled token, row = prompt index * n + sample index."""
 
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
@@ -114,6 +129,7 @@ class InferenceEngine(ABC):
 class _Request:
     prompts: list[list[int]]
     params: SamplingParams
+    on_token: TokenSink | None = None
     future: concurrent.futures.Future[list[list[GenerationOutput]]] = field(
         default_factory=concurrent.futures.Future
     )
@@ -156,12 +172,19 @@ class BatchingEngine:
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
+    @property
+    def streams(self) -> bool:
+        """Whether `on_token` is called while generating (else never: the tokens come with the outputs)."""
+        return bool(self.engine.streams)
+
     def submit(
-        self, prompts: list[list[int]], params: SamplingParams
+        self, prompts: list[list[int]], params: SamplingParams, on_token: TokenSink | None = None
     ) -> concurrent.futures.Future[list[list[GenerationOutput]]]:
+        """`on_token(row, token_id, logprob)`: each token of this request as it is sampled (engine thread;
+        row = prompt index * n + sample index), for engines that stream."""
         if self._closed:
             raise Unavailable("the inference engine is closed")
-        request = _Request(prompts, params)
+        request = _Request(prompts, params, on_token)
         self._queue.put(request)
         return request.future
 
@@ -267,19 +290,23 @@ class BatchingEngine:
         """Expand n into separate sequences so requests with different n still share a batch."""
         flat: list[list[int]] = []
         owners: list[tuple[int, int]] = []  # (request index, prompt index) per flat row
+        sinks: list[tuple[TokenSink, int] | None] = []  # (the request's on_token, its row) per flat row
         for r_idx, request in enumerate(requests):
             for p_idx, prompt in enumerate(request.prompts):
-                for _ in range(request.params.n):
+                for k in range(request.params.n):
                     flat.append(prompt)
                     owners.append((r_idx, p_idx))
+                    sink = request.on_token
+                    sinks.append(None if sink is None else (sink, p_idx * request.params.n + k))
         params = replace(requests[0].params, n=1)
         try:
             outputs: list[GenerationOutput] = []
             for start in range(0, len(flat), self.max_batch_size):
                 chunk = flat[start : start + self.max_batch_size]
+                extra = self._streaming(sinks[start : start + self.max_batch_size])
                 t0 = time.perf_counter()
                 with self._lock:
-                    results = self.engine.generate_batch(chunk, params)
+                    results = self.engine.generate_batch(chunk, params, **extra)
                 outputs.extend(r[0] for r in results)
                 seconds = time.perf_counter() - t0
                 generated = sum(int(r[0].response_ids.shape[0]) for r in results)
@@ -298,6 +325,22 @@ class BatchingEngine:
             per_request[r_idx][p_idx].append(output)
         for request, result in zip(requests, per_request, strict=True):
             request.future.set_result(result)
+
+    def _streaming(self, sinks: list[tuple[TokenSink, int] | None]) -> dict[str, Any]:
+        """generate_batch's `on_token` for one batch: each row's tokens to its request's sink."""
+        if not self.engine.streams or all(s is None for s in sinks):
+            return {}
+
+        def on_token(row: int, token_id: int, logprob: float) -> None:
+            target = sinks[row]
+            if target is None:
+                return
+            try:
+                target[0](target[1], token_id, logprob)
+            except Exception:  # noqa: BLE001 - one listener's fault must not fail the batch it shares
+                log.exception("engine_token_sink_failed", engine=self.name)
+
+        return {"on_token": on_token}
 
     def _log_batch(
         self, requests: int, chunk: list[list[int]], params: SamplingParams, generated: int, seconds: float

@@ -10,11 +10,15 @@ between two tokens, and the in-flight sequences go on under them instead of bein
 KV cache of the tokens so far is recomputed with the new weights (one prefill), so every token
 sampled after the switch, and its logprob, is exactly the new policy's given the tokens before it;
 each output records the version of each of its tokens (GenerationOutput.token_versions).
+
+Streaming (`on_token`): each sequence's tokens are handed out as they are sampled, its EOS included,
+nothing after it; the outputs returned at the end hold exactly the same ids and logprobs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Iterable
@@ -24,7 +28,7 @@ import numpy as np
 import torch
 
 from services.common.errors import InvalidArgument
-from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams
+from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams, TokenSink
 from services.explorer.engines.weights import copy_into_module
 from services.models.loading import context_length
 
@@ -68,6 +72,8 @@ def sample_tokens(
 
 class TransformersEngine(InferenceEngine):
     """Wraps a loaded `AutoModelForCausalLM` (eval mode, no grad)."""
+
+    streams = True
 
     def __init__(
         self,
@@ -126,16 +132,21 @@ class TransformersEngine(InferenceEngine):
         return bool(pending)
 
     def generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams
+        self, prompts: list[list[int]], params: SamplingParams, on_token: TokenSink | None = None
     ) -> list[list[GenerationOutput]]:
         flat = [p for p in prompts for _ in range(params.n)]
         outputs: list[GenerationOutput] = []
         for start in range(0, len(flat), self.max_batch_size):
-            outputs.extend(self._generate(flat[start : start + self.max_batch_size], params))
+            sink = on_token
+            if on_token is not None and start > 0:
+                sink = functools.partial(_shifted, on_token, start)
+            outputs.extend(self._generate(flat[start : start + self.max_batch_size], params, sink))
         return [outputs[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     @torch.inference_mode()
-    def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationOutput]:
+    def _generate(
+        self, prompts: list[list[int]], params: SamplingParams, on_token: TokenSink | None = None
+    ) -> list[GenerationOutput]:
         batch, width = len(prompts), max(len(p) for p in prompts)
         if self.context_limit is not None and width + params.max_tokens > self.context_limit:
             if width >= self.context_limit:
@@ -181,6 +192,8 @@ class TransformersEngine(InferenceEngine):
             new, new_lp = sample_tokens(out.logits[:, -1, :], params, self.generator, banned)
             new = torch.where(finished, torch.full_like(new, self.pad_token_id), new)
             tokens[:, t], logprobs[:, t], steps = new, new_lp, t + 1
+            if on_token is not None:
+                _hand_out(on_token, new, new_lp, finished)
             stopped = torch.isin(new, self._eos) & ~finished
             lengths = torch.where(stopped, torch.full_like(lengths, t + 1), lengths)
             finished |= stopped
@@ -212,6 +225,18 @@ class TransformersEngine(InferenceEngine):
 
     def close(self) -> None:
         self.model = None
+
+
+def _shifted(on_token: TokenSink, offset: int, row: int, token_id: int, logprob: float) -> None:
+    on_token(row + offset, token_id, logprob)
+
+
+def _hand_out(on_token: TokenSink, new: torch.Tensor, logprobs: torch.Tensor, finished: torch.Tensor) -> None:
+    """This step's token of every sequence not finished before it (an EOS is handed out, padding is not)."""
+    ids, lps, done = new.tolist(), logprobs.tolist(), finished.tolist()
+    for row, (token_id, logprob, was_done) in enumerate(zip(ids, lps, done, strict=True)):
+        if not was_done:
+            on_token(row, int(token_id), float(logprob))
 
 
 def sequence_logprobs(

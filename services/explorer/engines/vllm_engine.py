@@ -3,7 +3,9 @@
 Behaves as the transformers engine wherever a workflow could tell: logprobs are log softmax(logits
 / T) of the sampled token with top-k / top-p *not* applied (what the trainer recomputes; installed in
 the worker, see vllm_worker.py), greedy (temperature 0) with T = 1 logprobs and any n, EOS ids as
-stop tokens, min/max tokens, finish reasons "stop" / "length".
+stop tokens, min/max tokens, finish reasons "stop" / "length". Streaming (`on_token`): the requests go
+to vLLM's engine with delta outputs and are stepped here, each new token handed out as its step
+returns, the outputs built from the same tokens.
 
 Weights: `update_weights` validates names, shapes and dtypes against the model's checkpoint
 layout (its safetensors headers) *before* anything reaches vLLM, so a wrong update is refused
@@ -15,6 +17,7 @@ until a complete update succeeds: it never serves a mix of two versions.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable
@@ -24,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from services.common.errors import FailedPrecondition, InvalidArgument, Unavailable
-from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams
+from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams, TokenSink
 
 EXTENSION = "services.explorer.engines.vllm_worker.TrinityWorkerExtension"
 CPU_KV_CACHE_GIB = 1.0
@@ -126,6 +129,9 @@ def tied_embeddings(model_path: str) -> bool:
 class VLLMEngine(InferenceEngine):
     """Wraps `vllm.LLM` (see the module docstring)."""
 
+    streams = True
+    _stream_ids = itertools.count()
+
     def __init__(self, model_path: str, settings: VLLMSettings | None = None) -> None:
         self.settings = settings or VLLMSettings()
         on_gpu = has_cuda()
@@ -207,7 +213,7 @@ class VLLMEngine(InferenceEngine):
         )
 
     def generate_batch(
-        self, prompts: list[list[int]], params: SamplingParams
+        self, prompts: list[list[int]], params: SamplingParams, on_token: TokenSink | None = None
     ) -> list[list[GenerationOutput]]:
         if self.broken is not None:
             raise FailedPrecondition(
@@ -218,6 +224,9 @@ class VLLMEngine(InferenceEngine):
         # n samples of a prompt as n requests of n=1: vLLM refuses n > 1 with temperature 0
         requests = [{"prompt_token_ids": list(p)} for p in prompts for _ in range(params.n)]
         try:
+            if on_token is not None:
+                flat = self._stream(requests, params, on_token)
+                return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
             results = self.llm.generate(requests, self._sampling(params), use_tqdm=False)
         except Exception as exc:
             if type(exc).__name__ == "EngineDeadError":  # vllm.v1.engine.exceptions
@@ -232,6 +241,46 @@ class VLLMEngine(InferenceEngine):
             for req, result in zip(requests, results, strict=True)
         ]
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _stream(
+        self, requests: list[dict[str, Any]], params: SamplingParams, on_token: TokenSink
+    ) -> list[GenerationOutput]:
+        """LLM.generate's loop with delta outputs: each request's new tokens as every step returns them."""
+        sampling = self._sampling(params)
+        sampling.output_kind = self.vllm.sampling_params.RequestOutputKind.DELTA
+        engine = self.llm.llm_engine
+        rows: dict[str, int] = {}
+        ids: list[list[int]] = [[] for _ in requests]
+        lps: list[list[float]] = [[] for _ in requests]
+        finish = ["length"] * len(requests)
+        try:
+            for row, request in enumerate(requests):
+                asked = f"trinity-stream-{next(self._stream_ids)}"
+                rows[asked] = row
+                rows[str(engine.add_request(asked, request, sampling) or asked)] = row
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    row = rows[out.request_id]
+                    completion = out.outputs[0]
+                    steps = completion.logprobs or []
+                    for token, step in zip(completion.token_ids, steps, strict=True):
+                        ids[row].append(int(token))
+                        lps[row].append(float(step[token].logprob))
+                        on_token(row, int(token), lps[row][-1])
+                    if out.finished:
+                        finish[row] = "stop" if completion.finish_reason == "stop" else "length"
+        except BaseException:
+            engine.abort_request(list(rows))
+            raise
+        return [
+            GenerationOutput(
+                prompt_ids=request["prompt_token_ids"],
+                response_ids=np.asarray(ids[row], dtype=np.int64),
+                logprobs=np.asarray(lps[row], dtype=np.float32),
+                finish_reason=finish[row],
+            )
+            for row, request in enumerate(requests)
+        ]
 
     @staticmethod
     def _output(prompt: list[int], completion: Any) -> GenerationOutput:

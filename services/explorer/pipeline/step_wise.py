@@ -3,7 +3,7 @@
 Trinity-RFT computes step_wise_grpo outside the trainer (an experience operator), because a run's
 steps and a task's runs are only guaranteed to be together in the explorer step that produced them;
 a trainer batch may cut a run in two. The explorer appends this operator to the pipeline when the
-resolved algorithm's advantage_fn is `step_wise_grpo` (or `gigpo`: pipeline/gigpo.py), with
+resolved algorithm's advantage_fn is `step_wise_grpo` (or `gigpo`: pipeline/gigpo.py, `cod`: pipeline/cod.py), with
 `algorithm.advantage_fn_args`.
 
 Rows are grouped by task (group id: one task in one explorer step) and run (run id); the last step
@@ -97,4 +97,8 @@ def explorer_side_advantage(cfg: TrinityConfig) -> tuple[str, ExperienceOperator
         return "step_wise_grpo", StepWiseGRPO(**args)
     if algorithm.advantage_fn == "gigpo":
         return "gigpo", GiGPO(**args)
+    if algorithm.advantage_fn == "cod":
+        from services.explorer.pipeline.cod import CodAdvantage  # it imports this module
+
+        return "cod", CodAdvantage(**args)
     return None

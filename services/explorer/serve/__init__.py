@@ -11,6 +11,7 @@ buffer, grouped by the agent's task id, for a `mode: train` trainer. docs/serve.
 - feedback.py: /feedback and /commit rules over the history, group writes to the buffer;
 - gate.py / weights.py: one version per request, new weights loaded between requests;
 - core.py: the completion path (render, link, generate, record);
-- app.py: the HTTP layer (aiohttp): routes, auth, TLS, limits, JSON errors, SSE;
+- streaming.py: `stream: true`, each token's text sent as the engine samples it;
+- app.py: the HTTP layer (aiohttp): routes, auth, TLS, limits, JSON errors;
 - process.py: the explorer process in mode serve.
 """

@@ -5,7 +5,8 @@ and POST /commit (Trinity's), GET /stats (the proxy's counters) and GET /health 
 Every error is OpenAI's JSON body with the matching status: 400 a malformed or unsupported request,
 401 a missing or wrong token, 404 an unknown route, session or id, 405 a wrong method, 409 a
 conflict, 410 an expired session, 413 a body over explorer.serve.max_request_bytes, 429 over
-max_concurrent_requests, 500 a fault here. A refused request changes nothing.
+max_concurrent_requests, 500 a fault here. A refused request changes nothing. Streamed completions:
+streaming.py.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from services.explorer.serve.protocol import (
     Limits,
     completion_body,
     parse_request,
-    stream_chunks,
 )
+from services.explorer.serve.streaming import stream_completion
 
 log = get_logger("explorer.serve.app")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -92,6 +93,8 @@ def make_app(
         parsed = parse_request(body, limits, chat=chat, session_header=request.headers.get(SESSION_HEADER))
         core.admit()
         try:
+            if parsed.stream:
+                return await stream_completion(core, parsed, request)
             done = await core.complete(parsed)
         finally:
             core.release()
@@ -99,18 +102,8 @@ def make_app(
             "X-Model-Version": str(done.version),
             SESSION_HEADER: parsed.session_id or done.response_id,
         }
-        if not parsed.stream:
-            payload = completion_body(done.response_id, parsed, done.version, done.choices, done.usage)
-            return web.json_response(payload, headers=headers)
-        response = web.StreamResponse(
-            headers={**headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await response.prepare(request)
-        for chunk in stream_chunks(done.response_id, parsed, done.version, done.choices, done.usage):
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+        payload = completion_body(done.response_id, parsed, done.version, done.choices, done.usage)
+        return web.json_response(payload, headers=headers)
 
     async def chat(request: web.Request) -> web.StreamResponse:
         return await completions(request, True)

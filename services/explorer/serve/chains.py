@@ -16,7 +16,9 @@ messages, or its template renders past turns differently), counted as a split.
 Each chain from a root to a leaf (a turn no other turn extends) is one experience: the root's
 prompt is the prompt, everything after it the response, with action mask 1 and the engine's
 logprobs on sampled tokens and 0 on the text between turns. Its model version is the oldest of its
-turns (a version changed between turns: the staleness bound errs on the safe side).
+turns (a version changed between turns: the staleness bound errs on the safe side). Its rewards
+(turn_rewards): each turn's feedback at that turn's last sampled token (`token_level_rewards`), the
+session's at the chain's last, the experience's `reward` their sum.
 """
 
 from __future__ import annotations
@@ -103,31 +105,71 @@ def leaves(turns: list[Turn]) -> list[Turn]:
     return [t for t in turns if t.turn_id not in parents]
 
 
-def reward_of(
-    path: list[Turn], response_rewards: dict[str, float], session_reward: float | None
-) -> float | None:
-    """A chain's reward: the feedback of its latest turn's response that has one, else the session's."""
-    for turn in reversed(path):
-        if turn.response_id in response_rewards:
-            return response_rewards[turn.response_id]
-    return session_reward
+@dataclass(frozen=True)
+class ResponseReward:
+    """The feedback of one response (history.REWARDS)."""
+
+    reward: float
+    feedback: str
+    """The /feedback call that gave it: a call that names several responses of one chain counts once."""
 
 
-def build_experience(path: list[Turn]) -> Experience:
-    """One chain as an experience: the root's prompt, then every token after it, sampled or not."""
+def turn_rewards(
+    path: list[Turn], response_rewards: dict[str, ResponseReward], session_reward: float | None
+) -> list[float] | None:
+    """The reward each turn of a chain receives at its last sampled token (None: the chain has none).
+
+    Each /feedback call that names responses on the path gives its reward once, to the latest turn
+    it names (Trinity's clients name every response of an episode in one call: one reward, at the
+    end); calls naming different turns give each of them its own. The session's reward goes to the
+    chain's last turn, added to what that turn has. The chain's reward is the sum of its turns'.
+    """
+    latest: dict[str, tuple[int, float]] = {}  # feedback call -> (latest turn it names, reward)
+    for i, turn in enumerate(path):
+        got = response_rewards.get(turn.response_id)
+        if got is not None:
+            latest[got.feedback] = (i, got.reward)
+    if not latest and session_reward is None:
+        return None
+    placed = [0.0] * len(path)
+    for i, reward in latest.values():
+        placed[i] += reward
+    if session_reward is not None:
+        placed[-1] += session_reward
+    return placed
+
+
+def build_experience(path: list[Turn], rewards: list[float] | None = None) -> Experience:
+    """One chain as an experience: the root's prompt, then every token after it, sampled or not.
+    `rewards` (turn_rewards): each turn's at its last sampled token (token_level_rewards), their sum
+    the experience's reward."""
     root, leaf = path[0], path[-1]
     tokens = np.concatenate([leaf.prompt_ids, leaf.response_ids]).astype(np.int64)
     prompt_length = len(root.prompt_ids)
     size = len(tokens) - prompt_length
     mask = np.zeros(size, dtype=bool)
     logprobs = np.zeros(size, dtype=np.float32)
-    for turn in path:
+    token_rewards = np.zeros(size, dtype=np.float32)
+    for i, turn in enumerate(path):
         start = len(turn.prompt_ids) - prompt_length
         end = start + len(turn.response_ids)
         if not np.array_equal(tokens[prompt_length + start : prompt_length + end], turn.response_ids):
             raise ValueError(f"turn {turn.turn_id} is not a prefix of the chain of {leaf.turn_id}")
         mask[start:end] = True
         logprobs[start:end] = turn.logprobs
+        if rewards is not None and rewards[i] != 0.0:
+            if end == start:
+                raise ValueError(f"turn {turn.turn_id} sampled no token to place its reward {rewards[i]} on")
+            token_rewards[end - 1] += rewards[i]
+    info: dict[str, Any] = {
+        "session_id": leaf.session_id,
+        "response_ids": [t.response_id for t in path],
+        "turns": len(path),
+        "model_versions": [t.version for t in path],
+        "finish_reason": leaf.finish_reason,
+    }
+    if rewards is not None:
+        info["turn_rewards"] = list(rewards)
     return Experience(
         tokens=tokens,
         prompt_length=prompt_length,
@@ -136,29 +178,23 @@ def build_experience(path: list[Turn]) -> Experience:
         action_mask=mask,
         prompt_text=root.context_text,
         response_text=leaf.response_text,
-        info={
-            "session_id": leaf.session_id,
-            "response_ids": [t.response_id for t in path],
-            "turns": len(path),
-            "model_versions": [t.version for t in path],
-            "finish_reason": leaf.finish_reason,
-        },
+        reward=None if rewards is None else float(sum(rewards)),
+        token_level_rewards=None if rewards is None else token_rewards,
+        info=info,
     )
 
 
 def session_experiences(
-    turns: list[Turn], response_rewards: dict[str, float], session_reward: float | None
+    turns: list[Turn], response_rewards: dict[str, ResponseReward], session_reward: float | None
 ) -> tuple[list[Experience], int]:
     """(the rewarded chains as experiences, the chains without a reward) of one session."""
     by_id = {t.turn_id: t for t in turns}
     out, unrewarded = [], 0
     for leaf in leaves(turns):
         path = chain(leaf, by_id)
-        reward = reward_of(path, response_rewards, session_reward)
-        if reward is None:
+        rewards = turn_rewards(path, response_rewards, session_reward)
+        if rewards is None:
             unrewarded += 1
             continue
-        exp = build_experience(path)
-        exp.reward = reward
-        out.append(exp)
+        out.append(build_experience(path, rewards))
     return out, unrewarded

@@ -28,6 +28,19 @@ from services.explorer.text import encode_plain
 
 
 @dataclass
+class Prepared:
+    """A request that passed every check: its ids, what the engine is given, where it goes in the session."""
+
+    response_id: str
+    session_id: str
+    text: str
+    """The rendered conversation (chat) or the prompt."""
+    ids: np.ndarray
+    parent: str | None
+    split: bool
+
+
+@dataclass
 class Completion:
     """What a response is built from."""
 
@@ -150,29 +163,61 @@ class ServeCore:
         parent = found.parent.turn_id if found.parent else None
         return ids, parent, found.parent is None and bool(turns)
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def prepare(self, request: CompletionRequest) -> Prepared:
+        """Everything that can refuse the request, before any generation: render, link, check the prompt."""
         rid = f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex}"
         text = self.render(request)
         sid = request.session_id or rid
         turns = await self.history.run(session_turns, sid)
         ids, parent, split = self.prompt_ids(turns, text)
+        return Prepared(rid, sid, text, ids, parent, split)
+
+    async def complete(self, request: CompletionRequest, prepared: Prepared | None = None) -> Completion:
+        """Generate (on the least busy engine, under one version), record, answer."""
+        prepared = prepared or await self.prepare(request)
         gate = pick(self.gates)
         async with gate.serving() as version:
             params = SamplingParams(**request.sampling)
-            outputs = (await gate.engine.generate_async([ids.tolist()], params))[0]
+            outputs = (await gate.engine.generate_async([prepared.ids.tolist()], params))[0]
+        return await self.record(prepared, request, version, outputs)
+
+    async def record(
+        self, prepared: Prepared, request: CompletionRequest, version: int, outputs: list[GenerationOutput]
+    ) -> Completion:
+        """Record the engine's outputs as the session's turns (history), then build the response."""
+        p = prepared
         new_turns = [
-            self._turn(f"{rid}/{i}", rid, sid, parent, ids, out, version, text, request)
+            self._turn(
+                f"{p.response_id}/{i}",
+                p.response_id,
+                p.session_id,
+                p.parent,
+                p.ids,
+                out,
+                version,
+                p.text,
+                request,
+            )
             for i, out in enumerate(outputs)
         ]
-        await self.history.run(record_turns, sid, new_turns, split, time.time())
+        await self.history.run(record_turns, p.session_id, new_turns, p.split, time.time())
         choices = [self._choice(turn, request) for turn in new_turns]
         completion = sum(len(t.response_ids) for t in new_turns)
         usage = {
-            "prompt_tokens": len(ids),
+            "prompt_tokens": len(p.ids),
             "completion_tokens": completion,
-            "total_tokens": len(ids) + completion,
+            "total_tokens": len(p.ids) + completion,
         }
-        return Completion(rid, version, choices, usage)
+        return Completion(p.response_id, version, choices, usage)
+
+    def reshapes(self, request: CompletionRequest) -> bool:
+        """Whether a chat reply's message may differ from its text (reasoning split off, tool calls
+        parsed): such replies cannot be streamed before they are complete."""
+        if not request.chat:
+            return False
+        reasoning = getattr(self.wrapper, "reasoning_parser", None) == "deepseek_r1"
+        tools = bool(request.tools) and getattr(self.wrapper, "tool_call_parser", None) == "hermes"
+        return reasoning or tools
 
     def _decode(self, ids: np.ndarray, *, special: bool) -> str:
         return str(self.tokenizer.decode(ids.tolist(), skip_special_tokens=not special))

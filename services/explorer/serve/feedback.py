@@ -5,8 +5,9 @@ whole session) is checked whole before anything changes: an unknown id is 404, a
 410, a different reward for something already rewarded (or a change to a committed session) 409,
 and the same feedback again changes nothing (at-least-once clients are safe).
 
-Commit closes sessions: each chain of a session becomes an experience (chains.py) with the reward
-of its latest rewarded response, else the session's; chains without one are dropped and counted.
+Commit closes sessions: each chain of a session becomes an experience (chains.py) whose turns
+carry their responses' rewards (each feedback call once per chain) and whose end carries the
+session's; chains without any are dropped and counted.
 A session is filed under its task id (the commit's, else its feedback's, else its own id); every
 `group_size` (algorithm.repeat_times) sessions of one task id make a group, written to the buffer
 together so that group advantages (GRPO) compare the rollouts of one task. A commit is acknowledged
@@ -16,6 +17,7 @@ once it is in the history: a group is written then, or by the retry loop if the 
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +25,7 @@ import sqlalchemy as sa
 
 from services.common.experience import Experience
 from services.explorer.serve import history as H
-from services.explorer.serve.chains import session_experiences
+from services.explorer.serve.chains import ResponseReward, session_experiences
 from services.explorer.serve.protocol import SESSION_ID, ApiError
 
 
@@ -140,12 +142,17 @@ def apply_feedback(conn: sa.Connection, req: FeedbackRequest, now: float) -> dic
         )
     for row in sessions.values():
         _check_task(row, req.task_id)
+    call = uuid.uuid4().hex  # the responses this call rewards count once per chain (chains.turn_rewards)
     for kind, target in changes:
         if kind == "response":
             sid = conn.execute(
                 sa.select(H.TURNS.c.session_id).where(H.TURNS.c.response_id == target)
             ).scalar()
-            conn.execute(sa.insert(H.REWARDS).values(response_id=target, session_id=sid, reward=req.reward))
+            conn.execute(
+                sa.insert(H.REWARDS).values(
+                    response_id=target, session_id=sid, reward=req.reward, feedback_id=call
+                )
+            )
         else:
             conn.execute(
                 sa.update(H.SESSIONS).where(H.SESSIONS.c.session_id == target).values(reward=req.reward)
@@ -179,9 +186,10 @@ def _check_change(target: str, old: float | None, new: float, row: Any) -> None:
 # --- commit ----------------------------------------------------------------------------------------
 
 
-def _rewards(conn: sa.Connection, sid: str) -> dict[str, float]:
+def _rewards(conn: sa.Connection, sid: str) -> dict[str, ResponseReward]:
     rows = conn.execute(sa.select(H.REWARDS).where(H.REWARDS.c.session_id == sid))
-    return {r.response_id: float(r.reward) for r in rows}
+    # a reward recorded before feedback ids existed counts as a call of its own
+    return {r.response_id: ResponseReward(float(r.reward), r.feedback_id or r.response_id) for r in rows}
 
 
 def _summary(row: Any) -> dict[str, Any]:

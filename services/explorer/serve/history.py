@@ -67,6 +67,8 @@ REWARDS = sa.Table(
     sa.Column("response_id", sa.String, primary_key=True),
     sa.Column("session_id", sa.String, index=True, nullable=False),
     sa.Column("reward", sa.Float, nullable=False),
+    # the /feedback call that gave it (chains.ResponseReward); NULL in histories from before it existed
+    sa.Column("feedback_id", sa.String),
 )
 GROUPS = sa.Table(
     "groups",
@@ -167,6 +169,7 @@ class History:
         sa.event.listen(self.engine, "connect", _on_connect)
         sa.event.listen(self.engine, "begin", _on_begin)
         META.create_all(self.engine)
+        _add_missing_columns(self.engine)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="serve-history")
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -182,6 +185,20 @@ class History:
     def close(self) -> None:
         self._thread.shutdown(wait=True)
         self.engine.dispose()
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """Bring a history written by an older proxy up to the tables above (nullable columns only)."""
+    inspector = sa.inspect(engine)
+    for table in META.sorted_tables:
+        have = {c["name"] for c in inspector.get_columns(table.name)}
+        for column in table.columns:
+            if column.name not in have:
+                if not column.nullable:
+                    raise RuntimeError(f"{engine.url}: table {table.name} lacks the column {column.name}")
+                kind = column.type.compile(engine.dialect)
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}")
 
 
 def _on_connect(dbapi_conn: Any, _record: Any) -> None:

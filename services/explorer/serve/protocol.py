@@ -263,20 +263,20 @@ class Choice:
     """The text in per-token increments that add up to `text` (what a stream sends)."""
 
 
-def _logprobs(choice: Choice, chat: bool) -> dict[str, Any]:
+def token_logprobs(tokens: list[str], logprobs: list[float], chat: bool) -> dict[str, Any]:
+    """OpenAI's `logprobs` of sampled tokens (their texts and logprobs; no top logprobs)."""
     if chat:
         return {
             "content": [
                 {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                for t, lp in zip(choice.tokens, choice.logprobs, strict=True)
+                for t, lp in zip(tokens, logprobs, strict=True)
             ]
         }
-    return {
-        "tokens": choice.tokens,
-        "token_logprobs": choice.logprobs,
-        "top_logprobs": None,
-        "text_offset": None,
-    }
+    return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": None, "text_offset": None}
+
+
+def _logprobs(choice: Choice, chat: bool) -> dict[str, Any]:
+    return token_logprobs(choice.tokens, choice.logprobs, chat)
 
 
 def envelope(rid: str, request: CompletionRequest, version: int, usage: dict[str, int]) -> dict[str, Any]:
@@ -310,25 +310,43 @@ def completion_body(
     return body
 
 
+def chunk_base(rid: str, request: CompletionRequest, version: int) -> dict[str, Any]:
+    """The fields every stream chunk shares (the envelope, without usage)."""
+    base = envelope(rid, request, version, {})
+    base.pop("usage")
+    if request.chat:
+        base["object"] = "chat.completion.chunk"
+    return base
+
+
+def make_chunk(
+    base: dict[str, Any],
+    request: CompletionRequest,
+    index: int,
+    delta: dict[str, Any],
+    finish: str | None = None,
+    lp: Any = None,
+) -> dict[str, Any]:
+    """One stream chunk of choice `index`: a chat `delta`, or a text completion's `text` (delta's content)."""
+    item: dict[str, Any] = {"index": index}
+    if request.chat:
+        item["delta"] = delta
+    else:
+        item["text"] = delta.get("content", "")
+    item["finish_reason"], item["logprobs"] = finish, lp
+    return {**base, "choices": [item]}
+
+
 def stream_chunks(
     rid: str, request: CompletionRequest, version: int, choices: list[Choice], usage: dict[str, int]
 ) -> list[dict[str, Any]]:
     """The SSE chunks of a finished completion: per choice a role chunk (chat), the text token by
     token (in one piece when the message differs from the raw text: reasoning split off, tool calls
     parsed), tool calls in one chunk, a finish chunk; then a usage chunk if stream_options asks."""
-    base = envelope(rid, request, version, usage)
-    base.pop("usage")
-    if request.chat:
-        base["object"] = "chat.completion.chunk"
+    base = chunk_base(rid, request, version)
 
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None, lp: Any = None) -> dict[str, Any]:
-        item: dict[str, Any] = {"index": index}
-        if request.chat:
-            item["delta"] = delta
-        else:
-            item["text"] = delta.get("content", "")
-        item["finish_reason"], item["logprobs"] = finish, lp
-        return {**base, "choices": [item]}
+        return make_chunk(base, request, index, delta, finish, lp)
 
     chunks = []
     for i, choice in enumerate(choices):

@@ -33,6 +33,10 @@ WORKFLOWS = Registry(
         "sudoku_workflow": "services.explorer.workflows.sudoku:SudokuWorkflow",
         "tool_call_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
         "toolcall_workflow": "services.explorer.workflows.tool_call:ToolCallWorkflow",
+        # Trinity v0.6's research Connect-the-Dots environments (with a cod: section; docs/workflows.md)
+        "cod_frozenlake_obscure_workflow": "services.explorer.workflows.cod.frozen_lake_obscure:CodFrozenLakeObscureWorkflow",
+        "cod_grid_navigation_workflow": "services.explorer.workflows.cod.grid_navigation:CodGridNavigationWorkflow",
+        "cod_optimalcontrol_workflow": "services.explorer.workflows.cod.optimal_control:CodOptimalControlWorkflow",
         # environments that need their own package and data (preflight names what is missing)
         "alfworld_workflow": "services.explorer.workflows.alfworld:AlfworldWorkflow",
         "step_wise_alfworld_workflow": "services.explorer.workflows.alfworld:StepWiseAlfworldWorkflow",

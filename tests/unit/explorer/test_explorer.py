@@ -231,6 +231,35 @@ async def test_difficulty_feedback_and_missing_workflow(parts):
     assert info.value.field == "buffer.explorer_input.taskset.default_workflow_type"
 
 
+async def test_mixed_tasksets_are_read_under_the_mix_and_pass_rates_go_to_their_own_set(parts):
+    from services.common.experience import Task as WireTask
+    from services.explorer.runner import UnitResult
+    from services.explorer.workflows import Task
+
+    raw = make_cfg(eval_on_startup=False).model_dump(exclude_defaults=True)
+    fmt = {"prompt_key": "question", "response_key": "answer"}
+    raw["buffer"]["explorer_input"].pop("taskset")
+    raw["buffer"]["explorer_input"]["tasksets"] = [
+        {"name": "easy", "format": fmt, "task_selector": {"selector_type": "difficulty_based"}},
+        {"name": "hard", "format": fmt},
+    ]
+    cfg = TrinityConfig.model_validate(raw)
+    explorer, *_ = parts(cfg, FakeBuffer({}))
+    assert explorer.taskset == "tasksets" and explorer.feedback_sets == {"easy"}
+
+    def result(taskset: str, task_id: str, reward: float) -> UnitResult:
+        exp = Experience(tokens=np.array([1, 2]), prompt_length=1, model_version=0, reward=reward)
+        return UnitResult(Task(task_id=task_id, taskset=taskset), None, [exp])
+
+    # both sets have a task "0": only easy's (reward 1 -> pass rate 1) is easy's to learn from
+    await explorer.report_feedback(
+        [result("easy", "0", 1.0), result("hard", "0", 0.0), result("easy", "1", 0.0)]
+    )
+    assert explorer.buffer.feedback == [("easy", {"0": 1.0, "1": 0.0})]
+    with pytest.raises(Exception, match="tasksets\\[0\\]"):  # one without a workflow names where to set it
+        explorer.resolve(WireTask(taskset="easy", task_id="x"), 1)
+
+
 async def test_two_engines_share_the_work_and_both_take_new_weights(parts, tmp_path):
     import torch
     from safetensors.torch import save_file
@@ -292,3 +321,75 @@ async def test_save_input_false_or_no_operators_writes_no_file(parts, tmp_path):
         explorer, _, _, _ = parts(cfg, FakeBuffer({"arith": rows, "eval_arith": rows[:1]}))
         await explorer.run()
         assert not list(tmp_path.rglob("pipeline_input.jsonl"))
+
+
+async def test_a_cod_section_runs_each_batch_as_packs_scored_by_the_cod_advantage(make_model, tmp_path):
+    # 3 lake tasks ("SG": Direction 2 is Right, the goal; 4 is Left, the edge; one move each) in
+    # packs of 2, padded: [t0 t1] [t2 t0]; 4 runs each, one at a time (one slot), so the scripted
+    # replies go run by run: solve, hint, solve, the first solve won on even runs and lost on odd ones
+    from services.explorer.runner import WorkflowRunner
+    from services.explorer.workflows.cod.hints import HINT_END, HINT_START
+
+    cfg = TrinityConfig.model_validate(
+        {
+            "mode": "explore",
+            "algorithm": {
+                "algorithm_type": "multi_step_grpo",
+                "repeat_times": 4,
+                "advantage_fn": "cod",
+                "advantage_fn_args": {"iterative_hint_e2e_causal": True},
+            },
+            "model": {"model_path": "builtin:tiny-arith"},
+            "buffer": {
+                "batch_size": 3,
+                "total_steps": 1,
+                "explorer_input": {
+                    "taskset": {
+                        "name": "lake",
+                        "default_workflow_type": "cod_frozenlake_obscure_workflow",
+                        "workflow_args": {"desc": ["SG"], "agent_max_steps": 1},
+                    }
+                },
+            },
+            "monitor": {"monitor_type": "none"},
+            "cod": {
+                "task_pack_size": 2,
+                "cod_workflow_args": {
+                    "pad_tasks_to_full_pack": True,
+                    "log_dir": str(tmp_path),
+                    "exp_name": "x",
+                },
+            },
+        }
+    )
+    replies = []
+    for run in range(8):
+        first = 2 if run % 2 == 0 else 4
+        replies += [f"<answer>Direction {first}</answer>", f"{HINT_START}\n- 2 is right\n{HINT_END}"]
+        replies += ["<answer>Direction 2</answer>"]
+    model, _ = make_model(replies)
+    runner = WorkflowRunner(
+        lambda i: model, slots=1, max_timeout=60, max_retry_times=0, version_fn=VersionRef()
+    )
+    buffer = FakeBuffer({"lake": [{"seed": i} for i in range(3)]}, cfg=cfg)
+    explorer = Explorer(
+        cfg, buffer=buffer, weights=FakeWeightSync([]), runner=runner, monitor=RecordingMonitor()
+    )
+    await explorer.run()
+    exps = buffer.written["experience_buffer"]
+    groups: dict[str, list[Experience]] = {}
+    for exp in exps:
+        groups.setdefault(exp.group_id, []).append(exp)
+    assert len(groups) == 2 and all(len(g) == 4 * 3 for g in groups.values())
+    for rows in groups.values():
+        by_run = {e.run_id: e.info["task_rewards"] for e in rows}
+        assert by_run == {0: [1.0, 1.0], 1: [0.0, 1.0], 2: [1.0, 1.0], 3: [0.0, 1.0]}
+        # solve 0: returns mean[1, 1] = 1 or mean[0, 1] = 0.5 against 0.75 -> +-0.25; the hint update
+        # (reward 0) and solve 1 return the same in every run -> 0
+        for exp in rows:
+            expected = 0.0
+            if exp.info["exp_type"] == "solve_task" and exp.info["task_idx"] == 0:
+                expected = 0.25 if exp.run_id % 2 == 0 else -0.25
+            assert exp.advantages[0] == pytest.approx(expected)
+    # step 1 is logged (every cod_log_interval steps from the first): one file per pack run
+    assert len(list((tmp_path / "x" / "rollout_step_1").iterdir())) == 8

@@ -135,3 +135,91 @@ def test_config_check_lists_the_values_the_file_left_unset(tmp_path: pathlib.Pat
     assert "buffer.explorer_input.taskset.default_workflow_type" not in dict(
         resolved_unset({"buffer": {"explorer_input": {"taskset": {"default_workflow_type": "w"}}}}, cfg)
     )
+
+
+# ---- several training tasksets (buffer.explorer_input.tasksets) ------------------------------
+
+
+def _mixed(*sets: dict, **buffer: object) -> dict:
+    return _cfg(explorer_input={"default_workflow_type": "math_workflow", "tasksets": list(sets)}, **buffer)
+
+
+def test_tasksets_take_the_training_defaults_and_trinitys_names() -> None:
+    cfg = validate_config(
+        _mixed(
+            {"path": "a.jsonl", "rollout_args": {"temperature": 1.0}},
+            {
+                "name": "alchemy",
+                "path": "b.jsonl",
+                "default_workflow_type": "countdown",
+                "rollout_args": {"temperature": 1.0},
+            },
+            total_epochs=3,
+        )
+    )
+    inputs = cfg.buffer.explorer_input
+    first, second = inputs.tasksets
+    assert (first.name, first.default_workflow_type, first.repeat_times, first.total_epochs) == (
+        "taskset_0",  # Trinity's name of an unnamed training taskset
+        "math_workflow",
+        2,
+        3,
+    )
+    assert (second.name, second.default_workflow_type) == ("alchemy", "countdown")
+    assert inputs.training_reader == "tasksets" and inputs.taskset is None
+    assert [key for key, _ in inputs.training_tasksets()] == [
+        "buffer.explorer_input.tasksets[0]",
+        "buffer.explorer_input.tasksets[1]",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            _cfg(explorer_input={"taskset": {"path": "a"}, "tasksets": [{"path": "b"}]}),
+            r"buffer.explorer_input.tasksets: taskset and tasksets are both set",
+        ),
+        (_mixed({"path": "a"}, {"storage_type": "queue"}), r"tasksets\[1\].storage_type: 'queue'"),
+        (
+            _mixed({"name": "x", "path": "a"}, {"name": "x", "path": "b"}),
+            r"tasksets\[1\].name: 'x' names two",
+        ),
+        (_mixed({"name": "tasksets", "path": "a"}), r"no taskset may be named 'tasksets'"),
+        (
+            _mixed({"path": "a", "total_epochs": 2}),
+            r"tasksets\[0\].total_epochs: 2; the mixed tasksets run buffer",
+        ),
+        (_mixed({"path": "a"}, {"path": "b", "total_steps": 9}), r"tasksets\[1\].total_steps: 9"),
+        (
+            _mixed({"path": "a"}, {"path": "b", "repeat_times": 4}),
+            r"tasksets\[1\].repeat_times \(4\) differs",
+        ),
+        (
+            _mixed({"path": "a"}, {"path": "b", "rollout_args": {"temperature": 0.6}}),
+            r"tasksets\[1\].rollout_args.temperature \(0.6\) differs from tasksets\[0\]'s \(1.0\)",
+        ),
+    ],
+)
+def test_tasksets_refusals_name_the_key(raw: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        validate_config(raw)
+    assert err.value.field.startswith("buffer.explorer_input")
+
+
+def test_a_tasksets_own_epochs_equal_to_the_buffers_are_accepted() -> None:
+    cfg = validate_config(_mixed({"path": "a", "total_epochs": 2, "repeat_times": 2}, total_epochs=2))
+    assert cfg.buffer.explorer_input.tasksets[0].total_epochs == 2
+
+
+def test_config_check_shows_the_resolved_names_of_tasksets(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "algorithm: {algorithm_type: grpo}\n"
+        "buffer:\n  batch_size: 2\n  explorer_input:\n"
+        "    tasksets: [{path: a, default_workflow_type: math_workflow}, {name: b, path: b, default_workflow_type: countdown}]\n"
+    )
+    lines = resolved_report(str(path), [], load_config(str(path)))
+    assert "  buffer.explorer_input.tasksets[0].name: taskset_0" in lines
+    assert "  buffer.explorer_input.tasksets[1].repeat_times: 2" in lines
+    assert not any(line.startswith("  buffer.explorer_input.tasksets[1].name") for line in lines)

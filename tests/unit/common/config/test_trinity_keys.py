@@ -28,12 +28,31 @@ def test_two_different_grad_clips_are_rejected() -> None:
         validate_config({"trainer": {"grad_clip": 0.5}, "algorithm": {"optimizer": {"grad_clip": 2.0}}})
 
 
-def test_ulysses_above_one_is_rejected_with_what_to_use() -> None:
-    validate_config({"trainer": {"ulysses_sequence_parallel_size": 1}})
-    with pytest.raises(
-        ConfigError, match="ulysses_sequence_parallel_size 2 is not supported.*use_dynamic_bsz"
-    ):
-        validate_config({"trainer": {"ulysses_sequence_parallel_size": 2}})
+def test_ulysses_size_reaches_the_engine_and_scales_the_token_budget() -> None:
+    assert EngineSettings.from_config(validate_config({})).ulysses_size == 1
+    cfg = validate_config(
+        {
+            "trainer": {
+                "ulysses_sequence_parallel_size": 2,
+                "use_dynamic_bsz": True,
+                "max_token_len_per_gpu": 64,
+            }
+        }
+    )
+    settings = EngineSettings.from_config(cfg)
+    # veRL's rule: a micro-batch split over 2 ranks holds 2 x 64 tokens, 64 on each rank
+    assert (settings.ulysses_size, settings.tokens_per_micro_batch) == (2, 128)
+    # Trinity's default budget: ceil(2 x max_model_len / 2) per rank, so 2 x max_model_len a micro-batch
+    filled = validate_config(
+        {
+            "trainer": {"ulysses_sequence_parallel_size": 2, "use_dynamic_bsz": True},
+            "model": {"max_model_len": 101},
+        }
+    )
+    assert filled.trainer.max_token_len_per_gpu == 101
+    assert EngineSettings.from_config(filled).tokens_per_micro_batch == 202
+    with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size"):
+        validate_config({"trainer": {"ulysses_sequence_parallel_size": 0}})
 
 
 def test_prompt_truncation_true_is_what_happens_and_false_is_refused() -> None:

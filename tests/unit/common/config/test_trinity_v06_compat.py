@@ -21,7 +21,7 @@ from services.cli.config_check import check_file
 
 CONFIGS = example_configs(EXAMPLES_V06)
 # Ratchets: raise them when a change makes more configs go through; they must never drop.
-MIN_ONLY_WHAT_IS_MISSING_HERE = 12  # accepted, or failing only on data / models / packages / parts
+MIN_ONLY_WHAT_IS_MISSING_HERE = 15  # accepted, or failing only on data / models / packages / parts
 KEY_FIRST = re.compile(r"^[A-Za-z_][\w.\[\]*]*[ :]+\S")  # a problem line starts with its key, then why
 
 

@@ -1,6 +1,6 @@
 """Trinity v0.6's new keys (tests/data/trinity_v06_keys.txt): each has a meaning here, as v0.5.2's do;
 the engine keys (extra_engine_args, api_key, base_port, weight_sync_buffer_size, parallel sizes), the
-trainer's (critic_warmup, offload, megatron) and the research `cod` section do what their entry says.
+trainer's (critic_warmup, offload, megatron) do what their entry says (the research `cod` section is a schema section: test_cod.py).
 The inert ones (accepted at the values that change nothing, refused otherwise) are also checked one by
 one by test_trinity_inert.py."""
 
@@ -41,7 +41,6 @@ def test_every_trinity_v06_key_has_a_meaning_here() -> None:
         ("trainer.param_offload", True, "CPU offload is not implemented"),
         ("trainer.offload_policy", True, "CPU offload is not implemented"),
         ("trainer.megatron.tensor_model_parallel_size", 2, "trainer_strategy megatron"),
-        ("cod.task_pack_size", 8, "Connect-the-Dots"),
     ],
 )
 def test_values_that_would_change_something_are_refused_naming_the_key(
@@ -55,22 +54,6 @@ def test_values_that_would_change_something_are_refused_naming_the_key(
     assert str(info.value).startswith(f"{key} {value!r}: ")
     trinity_defaults = {key.split(".")[0]: {}}  # Trinity's defaults change nothing: accepted, dropped
     validate_config(trinity_defaults)
-
-
-def test_a_cod_section_at_trinitys_defaults_is_accepted() -> None:
-    cfg = validate_config(
-        {
-            "cod": {
-                "task_pack_size": 4,
-                "eval_task_pack_size": None,
-                "packing_strategy": "cod",
-                "cod_workflow_args": {},
-            }
-        }
-    )
-    assert not hasattr(cfg, "cod")
-    with pytest.raises(ConfigError, match="cod.cod_workflow_args .*cod_\\* workflows"):
-        validate_config({"cod": {"cod_workflow_args": {"activated_cod_methods": ["iterative_hint_e2e"]}}})
 
 
 def test_extra_engine_args_reach_the_vllm_engine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from services.explorer.serve.chains import ResponseReward as R
 from services.explorer.serve.chains import (
     Turn,
     build_experience,
     chain,
     leaves,
     link,
-    reward_of,
     session_experiences,
+    turn_rewards,
 )
 
 EOS = 2
@@ -107,7 +108,7 @@ def test_a_chain_whose_ids_do_not_continue_its_parent_is_refused() -> None:
         build_experience(chain(bad, {"a/0": A, "b/0": bad}))
 
 
-def test_branches_are_leaves_and_each_takes_the_latest_reward_on_its_path() -> None:
+def test_branches_are_leaves_and_each_takes_the_rewards_on_its_path() -> None:
     b = turn(
         "b/0", [10, 11, 20, 21, EOS, 30], [40, EOS], [-0.4, -0.5], context="Q1abQ", reply="c", parent="a/0"
     )
@@ -116,12 +117,40 @@ def test_branches_are_leaves_and_each_takes_the_latest_reward_on_its_path() -> N
     )
     assert [t.turn_id for t in leaves([A, b, c])] == ["b/0", "c/0"]
     by_id = {"a/0": A, "b/0": b, "c/0": c}
-    rewards = {"a": 0.5, "c": 1.0}
-    assert reward_of(chain(b, by_id), rewards, None) == 0.5  # only A's response was rewarded on b's path
-    assert reward_of(chain(c, by_id), rewards, None) == 1.0  # c's own reward is the later one
-    assert reward_of(chain(b, by_id), {}, 0.25) == 0.25  # the session's reward otherwise
-    exps, unrewarded = session_experiences([A, b, c], {"c": 1.0}, None)
+    rewards = {"a": R(0.5, "call-1"), "c": R(1.0, "call-2")}
+    assert turn_rewards(chain(b, by_id), rewards, None) == [0.5, 0.0]  # only A's response on b's path
+    assert turn_rewards(chain(c, by_id), rewards, None) == [0.5, 1.0]  # two calls: each turn its own
+    assert turn_rewards(chain(b, by_id), {}, 0.25) == [0.0, 0.25]  # the session's: on the last turn
+    assert turn_rewards(chain(b, by_id), {}, None) is None
+    exps, unrewarded = session_experiences([A, b, c], {"c": R(1.0, "call-2")}, None)
     assert [e.reward for e in exps] == [1.0] and unrewarded == 1  # b's chain has no reward: dropped
+
+
+def test_per_turn_rewards_land_on_each_turn_s_last_sampled_token_and_add_up() -> None:
+    b = turn(
+        "b/0",
+        [10, 11, 20, 21, EOS, 30, 31],
+        [40, EOS],
+        [-0.4, -0.5],
+        context="Q1abQ2",
+        reply="c",
+        parent="a/0",
+    )
+    path = chain(b, {"a/0": A, "b/0": b})
+    # response = [20, 21, EOS | 30, 31 | 40, EOS]; A's last sampled token is position 2, b's is 6
+    per_turn = {"a": R(0.5, "call-1"), "b": R(1.0, "call-2")}
+    exps, _ = session_experiences([A, b], per_turn, 0.25)
+    assert exps[0].token_level_rewards.tolist() == [0, 0, 0.5, 0, 0, 0, 1.25]  # b's 1.0 + the session's 0.25
+    assert exps[0].reward == 1.75 and exps[0].info["turn_rewards"] == [0.5, 1.25]
+    exps[0].validate()
+    # Trinity's client: one call naming every response of the episode -> one reward, at the end
+    episode = {"a": R(1.0, "call-3"), "b": R(1.0, "call-3")}
+    assert turn_rewards(path, episode, None) == [0.0, 1.0]
+    [exp], _ = session_experiences([A, b], episode, None)
+    assert exp.token_level_rewards.tolist() == [0, 0, 0, 0, 0, 0, 1.0] and exp.reward == 1.0
+    # a single-turn chain: the reward at its last token, as the trainer places a scalar reward
+    [alone], _ = session_experiences([A], {}, 0.75)
+    assert alone.token_level_rewards.tolist() == [0, 0, 0.75] and alone.reward == 0.75
 
 
 def test_a_reply_echoed_without_the_special_tokens_sampled_inside_it_still_extends_its_turn() -> None:

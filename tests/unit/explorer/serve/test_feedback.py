@@ -6,6 +6,7 @@ import pathlib
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from services.explorer.serve import feedback as F
 from services.explorer.serve.chains import Turn
@@ -145,3 +146,56 @@ def test_a_session_sampled_unlike_the_trainer_s_logprobs_is_refused_at_commit(hi
     history.call(record_turns, "s2", [greedy], False, 100.0)
     feedback(history, {"session_id": "s2", "reward": 1.0})
     assert history.call(F.commit, F.CommitRequest(["s2"], None), 1, 103.0, (1.0, 1.0, 0))[1] == ["s2#0"]
+
+
+def two_turns(history: History, sid: str) -> None:
+    """r1 sampled [7, 8]; r2 continues it (the user's [9]) with [10, 11]: response [7, 8 | 9 | 10, 11]."""
+    history.call(record_turns, sid, [one_turn("r1", sid, [7, 8])], False, 100.0)
+    second = one_turn("r2", sid, [10, 11], parent="r1/0")
+    second.prompt_ids = np.array([5, 6, 7, 8, 9], dtype=np.int64)
+    history.call(record_turns, sid, [second], False, 101.0)
+
+
+def test_per_turn_feedback_is_idempotent_and_reaches_each_turn_s_tokens(history: History) -> None:
+    two_turns(history, "mt")
+    assert feedback(history, {"response_id": "r1", "reward": 0.5})["rewarded"] == ["r1"]
+    assert feedback(history, {"response_id": "r2", "reward": 1.0, "task_id": "t"})["rewarded"] == ["r2"]
+    assert feedback(history, {"response_id": "r1", "reward": 0.5})["unchanged"] == ["r1"]  # a retry
+    conflict = error(feedback, history, {"msg_ids": ["r2"], "reward": 0.0})
+    assert conflict.status == 409 and conflict.param == "reward"
+    _, keys = history.call(F.commit, F.CommitRequest(["mt"], None), 1, 102.0)
+    [exp] = history.call(F.group_experiences, keys[0], "p")
+    assert exp.token_level_rewards.tolist() == [0, 0.5, 0, 0, 1.0] and exp.reward == 1.5
+    assert exp.action_mask.tolist() == [True, True, False, True, True]
+
+
+def test_one_call_naming_every_turn_is_one_reward_at_the_end(history: History) -> None:
+    two_turns(history, "ep")
+    feedback(history, {"msg_ids": ["r1", "r2"], "reward": 1.0})  # Trinity's client
+    _, keys = history.call(F.commit, F.CommitRequest(["ep"], None), 1, 102.0)
+    [exp] = history.call(F.group_experiences, keys[0], "p")
+    assert exp.token_level_rewards.tolist() == [0, 0, 0, 0, 1.0] and exp.reward == 1.0
+
+
+def test_a_history_from_before_feedback_ids_is_upgraded_and_its_rewards_count_one_each(
+    tmp_path: pathlib.Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    old = History(url)
+    two_turns(old, "o")
+    old.close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # the table as an older proxy wrote it, with two rewards in it
+        conn.exec_driver_sql("DROP TABLE response_rewards")
+        conn.exec_driver_sql(
+            "CREATE TABLE response_rewards (response_id VARCHAR PRIMARY KEY, session_id VARCHAR NOT NULL, reward FLOAT NOT NULL)"
+        )
+        conn.exec_driver_sql("INSERT INTO response_rewards VALUES ('r1', 'o', 0.5), ('r2', 'o', 1.0)")
+    engine.dispose()
+    store = History(url)
+    try:
+        _, keys = store.call(F.commit, F.CommitRequest(["o"], None), 1, 102.0)
+        [exp] = store.call(F.group_experiences, keys[0], "p")
+        assert exp.token_level_rewards.tolist() == [0, 0.5, 0, 0, 1.0] and exp.reward == 1.5
+    finally:
+        store.close()
