@@ -86,9 +86,11 @@ class ModelConfig(Section):
     thinking switch); None: the template's default."""
 
     enable_prompt_truncation: bool = True
-    """Prompts longer than max_prompt_tokens are truncated from the left (Trinity's default, the only
-    behaviour here); false is refused: an untruncated prompt would not fit the trainer's sequences
-    (raise max_prompt_tokens instead)."""
+    """true: a prompt longer than max_prompt_tokens keeps its last max_prompt_tokens tokens. false
+    (Trinity's): the prompt is not cut; it is generated on whole while prompt + 1 token fit max_model_len
+    (the response gets what is left), else kept as one masked-out sample per rollout (zero action mask,
+    info truncate_status prompt_truncated: counted, trains nothing). Step metrics: rollout/prompt_overlong,
+    rollout/prompt_masked."""
 
     lora_configs: list[LoRAConfig] | None = None
     """LoRA training of the policy through peft (at most one entry; needs `pip install 'trinity-grpc[lora]'`):
@@ -126,12 +128,6 @@ class ModelConfig(Section):
             raise ValueError(
                 f"model.lora_configs has {len(self.lora_configs)} entries; one LoRA adapter is supported "
                 "(as in Trinity): keep one entry"
-            )
-        if not self.enable_prompt_truncation:
-            raise ValueError(
-                "model.enable_prompt_truncation: false is not supported: prompts are always truncated from the "
-                f"left to model.max_prompt_tokens ({self.max_prompt_tokens}) here; raise max_prompt_tokens "
-                "to keep longer prompts whole, and remove the key"
             )
         if self.min_response_tokens >= self.max_response_tokens:
             raise ValueError(
