@@ -157,6 +157,23 @@ def build_runner(
     )
 
 
+def build_external_runner(cfg: TrinityConfig) -> WorkflowRunner:
+    """mode bench with model.external_model: every runner slot asks the remote chat API."""
+    from services.explorer.external_model import ExternalChatModel
+
+    remote = ExternalChatModel.from_config(cfg.model)
+    log.info("external_model", base_url=remote.base_url, model=remote.model_name)
+    return WorkflowRunner(
+        lambda i: remote,
+        slots=cfg.explorer.runner_per_model * cfg.explorer.rollout_model.engine_num,
+        max_timeout=cfg.explorer.max_timeout,
+        max_retry_times=cfg.explorer.max_retry_times,
+        version_fn=VersionRef(0),
+        auxiliary_models=[],
+        max_repeat_times_per_runner=cfg.explorer.max_repeat_times_per_runner,
+    )
+
+
 def build_auxiliary(cfg: TrinityConfig) -> tuple[list[Any], list[Any]]:
     """ModelWrappers of explorer.auxiliary_models; returns (wrappers, closables).
 

@@ -118,8 +118,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "with an adapter path, rollouts before the first sync use the base model",
     ),
     "model.external_model": KeyMeaning(
-        "rejected",
-        "enable: true refused: bench here runs a local model_path (workflows need token ids and logprobs)",
+        "mapped",
+        "mode bench: the eval tasksets are scored on the remote OpenAI-compatible API (base URL and key from "
+        "the environment variables base_url_env / api_key_env, as model_name); chat-only replies, so every "
+        "other mode refuses enable: true",
     ),
     "model.tinker": KeyMeaning(
         "rejected",
