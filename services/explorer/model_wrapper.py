@@ -237,7 +237,9 @@ class ModelWrapper:
         plans = self._plans(texts, params)
         results: dict[int, list[GenerationOutput]] = {}
         for fitted, idx in _by_params(plans).items():
-            for i, outs in zip(idx, self.engine.generate([plans[i][0].ids for i in idx], fitted), strict=True):
+            for i, outs in zip(
+                idx, self.engine.generate([plans[i][0].ids for i in idx], fitted), strict=True
+            ):
                 results[i] = outs
         return self._assemble(texts, plans, results, params.n, messages)
 

@@ -56,7 +56,11 @@ class PromptFit:
         room = max_tokens if self.context_len is None else min(max_tokens, self.context_len - len(ids))
         if room >= 1:
             return PromptPlan(ids, room, overlong=True)
-        head = self.max_prompt_tokens if self.context_len is None else min(self.max_prompt_tokens, self.context_len - 1)
+        head = (
+            self.max_prompt_tokens
+            if self.context_len is None
+            else min(self.max_prompt_tokens, self.context_len - 1)
+        )
         return PromptPlan(ids[: max(head, 1) + 1], 0, overlong=True, masked=True)
 
     def token_limit(self) -> int:

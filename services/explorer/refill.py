@@ -50,7 +50,9 @@ class RolloutRow:
 
     @classmethod
     def of(cls, exp: Experience) -> RolloutRow:
-        info = {k: exp.info[k] for k in ("prompt_overlong", "truncate_status") if k in exp.info}
+        info: dict[str, Any] = {
+            k: exp.info[k] for k in ("prompt_overlong", "truncate_status") if k in exp.info
+        }
         return cls(exp.reward, exp.response_length, dict(exp.metrics), info)
 
 

@@ -35,7 +35,9 @@ def rollout_metrics(
         "rollout/skipped": float(sum(r.skipped for r in results)),
         # prompts past model.max_prompt_tokens, and those masked out for it (explorer/prompt_fit.py)
         "rollout/prompt_overlong": float(sum(1 for e in exps if e.info.get("prompt_overlong"))),
-        "rollout/prompt_masked": float(sum(1 for e in exps if e.info.get("truncate_status") == PROMPT_TRUNCATED)),
+        "rollout/prompt_masked": float(
+            sum(1 for e in exps if e.info.get("truncate_status") == PROMPT_TRUNCATED)
+        ),
         "time/rollout_s": seconds,
     }
     names = {name for e in exps for name in e.metrics}

@@ -27,6 +27,7 @@ def test_whole_prompts_fill_vllms_context_and_a_longer_one_is_masked(tiny_engine
     whole, masked = wrapper.generate([fits, overflows], max_tokens=10, min_tokens=10, temperature=0.0)
     # 250 prompt tokens kept whole; vLLM's 256 positions leave 6 of the 10 response tokens
     assert whole.prompt_length == 250 and whole.response_length == 6
+    assert whole.action_mask is not None and masked.action_mask is not None
     assert whole.tokens[:250].tolist() == wrapper.tokenize(fits) and whole.action_mask.all()
     assert whole.info["prompt_overlong"] == 1
     # 300 tokens would be refused by vLLM: kept as Trinity's masked sample, never sent

@@ -82,7 +82,10 @@ def test_step_metrics_count_overlong_and_masked_prompts(whole: Any) -> None:
 
 def test_chat_async_follows_the_same_plan(whole: Any) -> None:
     (masked,) = asyncio.run(whole.chat_async([{"role": "user", "content": HUGE}], max_tokens=2))
-    assert masked.info["truncate_status"] == PROMPT_TRUNCATED and masked.messages[-1].content == MASKED_RESPONSE_TEXT
+    assert (
+        masked.info["truncate_status"] == PROMPT_TRUNCATED
+        and masked.messages[-1].content == MASKED_RESPONSE_TEXT
+    )
     assert whole.prompt_fit.token_limit() == 15
     (turn,) = whole.generate_tokens(whole.tokenize(HUGE)[:15], max_tokens=4)  # a 15-token context: 1 left
     assert turn.prompt_length == 15 and turn.response_length == 1
