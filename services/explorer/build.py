@@ -109,6 +109,18 @@ def build_pool(cfg: TrinityConfig, tokenizer: Any) -> EnginePool:
     )
 
 
+def context_len(cfg: TrinityConfig, engine: Any) -> int:
+    """Tokens of prompt + response a rollout may hold: the vLLM engine's max_model_len, or
+    model.max_model_len (default max_prompt_tokens + max_response_tokens) within the positions of a
+    transformers engine's model. Prompts kept whole (enable_prompt_truncation false) fit in it."""
+    rm = cfg.explorer.rollout_model
+    if rm.engine_type in ("vllm", "vllm_async"):
+        return rm.max_model_len or cfg.model.effective_max_model_len
+    limit = getattr(getattr(engine, "engine", engine), "context_limit", None)
+    configured = cfg.model.effective_max_model_len
+    return configured if limit is None else min(configured, int(limit))
+
+
 def build_runner(
     cfg: TrinityConfig, pool: EnginePool, tokenizer: Any, version: VersionRef, auxiliary: list[Any]
 ) -> WorkflowRunner:
@@ -130,6 +142,8 @@ def build_runner(
             model_name=cfg.model.model_path,
             api_key=rm.api_key,
             api_port=None if rm.base_port is None else rm.base_port + i,
+            enable_prompt_truncation=cfg.model.enable_prompt_truncation,
+            max_model_len=context_len(cfg, pool[i % len(pool)]),
         )
 
     return WorkflowRunner(
@@ -139,6 +153,23 @@ def build_runner(
         max_retry_times=cfg.explorer.max_retry_times,
         version_fn=version,
         auxiliary_models=auxiliary,
+        max_repeat_times_per_runner=cfg.explorer.max_repeat_times_per_runner,
+    )
+
+
+def build_external_runner(cfg: TrinityConfig) -> WorkflowRunner:
+    """mode bench with model.external_model: every runner slot asks the remote chat API."""
+    from services.explorer.external_model import ExternalChatModel
+
+    remote = ExternalChatModel.from_config(cfg.model)
+    log.info("external_model", base_url=remote.base_url, model=remote.model_name)
+    return WorkflowRunner(
+        lambda i: remote,
+        slots=cfg.explorer.runner_per_model * cfg.explorer.rollout_model.engine_num,
+        max_timeout=cfg.explorer.max_timeout,
+        max_retry_times=cfg.explorer.max_retry_times,
+        version_fn=VersionRef(0),
+        auxiliary_models=[],
         max_repeat_times_per_runner=cfg.explorer.max_repeat_times_per_runner,
     )
 

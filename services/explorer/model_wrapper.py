@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,13 @@ from services.common.errors import InvalidArgument
 from services.common.experience import ChatMessage, Experience
 from services.explorer.engines.base import BatchingEngine, GenerationOutput, SamplingParams
 from services.explorer.mid_step import token_spans
+from services.explorer.prompt_fit import (
+    MASKED_RESPONSE_TEXT,
+    PROMPT_TRUNCATED,
+    PromptFit,
+    PromptPlan,
+    masked_arrays,
+)
 from services.explorer.text import decode_responses, encode_plain
 
 _SAMPLING_KEYS = {"n", "temperature", "top_p", "top_k", "max_tokens", "min_tokens"}
@@ -38,6 +46,22 @@ def plain_chat_format(messages: list[dict[str, Any]]) -> str:
     """Fallback when the tokenizer has no chat template: "role: content" lines, then "assistant: "."""
     lines = [f"{m['role']}: {m.get('content') or ''}" for m in messages]
     return "\n".join(lines) + "\nassistant: "
+
+
+def _fitted(params: SamplingParams, plan: PromptPlan) -> SamplingParams:
+    """`params` within the plan's response budget (min_tokens too: vLLM refuses min_tokens > max_tokens)."""
+    if plan.max_tokens in (0, params.max_tokens):
+        return params
+    return replace(params, max_tokens=plan.max_tokens, min_tokens=min(params.min_tokens, plan.max_tokens))
+
+
+def _by_params(plans: list[tuple[PromptPlan, SamplingParams]]) -> dict[SamplingParams, list[int]]:
+    """Indices of the prompts to generate on, grouped by their (fitted) sampling params."""
+    groups: dict[SamplingParams, list[int]] = {}
+    for i, (plan, params) in enumerate(plans):
+        if not plan.masked:
+            groups.setdefault(params, []).append(i)
+    return groups
 
 
 class ModelWrapper:
@@ -60,10 +84,13 @@ class ModelWrapper:
         model_name: str = "policy",
         api_key: str = "EMPTY",
         api_port: int | None = None,
+        enable_prompt_truncation: bool = True,
+        max_model_len: int | None = None,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
+        self.prompt_fit = PromptFit(max_prompt_tokens, enable_prompt_truncation, max_model_len)
         self.max_response_tokens = max_response_tokens
         self.min_response_tokens = min_response_tokens
         self.enable_history = enable_history
@@ -130,14 +157,22 @@ class ModelWrapper:
         return encode_plain(self.tokenizer, text)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of a prompt, truncated from the left to max_prompt_tokens."""
+        """Token ids of a prompt as generated on: truncated from the left to max_prompt_tokens, or
+        whole with model.enable_prompt_truncation false (see prompt_fit.py)."""
+        return self._plan(text, self.max_response_tokens).ids
+
+    def _plan(self, text: str, max_tokens: int) -> PromptPlan:
         ids = self.tokenize(text)
         if not ids:
             raise InvalidArgument("the prompt is empty after tokenization", field="prompt")
-        return ids[-self.max_prompt_tokens :]
+        return self.prompt_fit.plan(ids, max_tokens)
 
     def _to_experiences(
-        self, outputs: list[GenerationOutput], prompt_text: str, messages: list[dict[str, Any]] | None
+        self,
+        outputs: list[GenerationOutput],
+        prompt_text: str,
+        messages: list[dict[str, Any]] | None,
+        overlong: bool = False,
     ) -> list[Experience]:
         exps = []
         version = self.model_version
@@ -145,6 +180,8 @@ class ModelWrapper:
         for out, text in zip(outputs, texts, strict=True):
             prompt = np.asarray(out.prompt_ids, dtype=np.int64)
             info: dict[str, Any] = {"finish_reason": out.finish_reason}
+            if overlong:
+                info["prompt_overlong"] = 1
             if out.token_versions is not None and len(out.token_versions):
                 # the versions that sampled it (several when weights were loaded mid-generation)
                 info["model_versions"], info["version_starts"] = token_spans(out.token_versions)
@@ -158,13 +195,85 @@ class ModelWrapper:
                 prompt_text=prompt_text,
                 info=info,
             )
-            if messages is not None:
-                exp.messages = [ChatMessage(m["role"], m.get("content") or "") for m in messages]
-                exp.messages.append(ChatMessage("assistant", text))
-            exps.append(exp)
+            exps.append(self._with_messages(exp, messages))
+        return self._recorded(exps)
+
+    def _masked(
+        self, plan: PromptPlan, n: int, prompt_text: str, messages: list[dict[str, Any]] | None
+    ) -> list[Experience]:
+        """n masked-out samples of a prompt that leaves no room in the context (prompt_fit.py)."""
+        exps = []
+        for _ in range(n):
+            tokens, prompt_length, logprobs, mask = masked_arrays(plan)
+            exp = Experience(
+                tokens=tokens,
+                prompt_length=prompt_length,
+                model_version=self.model_version,
+                logprobs=logprobs,
+                action_mask=mask,
+                response_text=MASKED_RESPONSE_TEXT,
+                prompt_text=prompt_text,
+                info={"finish_reason": "length", "truncate_status": PROMPT_TRUNCATED, "prompt_overlong": 1},
+            )
+            exps.append(self._with_messages(exp, messages))
+        return self._recorded(exps)
+
+    @staticmethod
+    def _with_messages(exp: Experience, messages: list[dict[str, Any]] | None) -> Experience:
+        if messages is not None:
+            exp.messages = [ChatMessage(m["role"], m.get("content") or "") for m in messages]
+            exp.messages.append(ChatMessage("assistant", exp.response_text))
+        return exp
+
+    def _recorded(self, exps: list[Experience]) -> list[Experience]:
         if self.enable_history:
             with self._history_lock:
                 self.history.extend(exps)
+        return exps
+
+    def _plans(self, texts: list[str], params: SamplingParams) -> list[tuple[PromptPlan, SamplingParams]]:
+        out = []
+        for text in texts:
+            plan = self._plan(text, params.max_tokens)
+            out.append((plan, _fitted(params, plan)))
+        return out
+
+    def _run(
+        self, texts: list[str], params: SamplingParams, messages: list[dict[str, Any]] | None
+    ) -> list[Experience]:
+        plans = self._plans(texts, params)
+        results: dict[int, list[GenerationOutput]] = {}
+        for fitted, idx in _by_params(plans).items():
+            for i, outs in zip(
+                idx, self.engine.generate([plans[i][0].ids for i in idx], fitted), strict=True
+            ):
+                results[i] = outs
+        return self._assemble(texts, plans, results, params.n, messages)
+
+    async def _run_async(
+        self, texts: list[str], params: SamplingParams, messages: list[dict[str, Any]] | None
+    ) -> list[Experience]:
+        plans = self._plans(texts, params)
+        results: dict[int, list[GenerationOutput]] = {}
+        for fitted, idx in _by_params(plans).items():
+            outs = await self.engine.generate_async([plans[i][0].ids for i in idx], fitted)
+            results.update(zip(idx, outs, strict=True))
+        return self._assemble(texts, plans, results, params.n, messages)
+
+    def _assemble(
+        self,
+        texts: list[str],
+        plans: list[tuple[PromptPlan, SamplingParams]],
+        results: dict[int, list[GenerationOutput]],
+        n: int,
+        messages: list[dict[str, Any]] | None,
+    ) -> list[Experience]:
+        exps: list[Experience] = []
+        for i, (text, (plan, _)) in enumerate(zip(texts, plans, strict=True)):
+            if plan.masked:
+                exps.extend(self._masked(plan, n, text, messages))
+            else:
+                exps.extend(self._to_experiences(results[i], text, messages, plan.overlong))
         return exps
 
     # --- Trinity's API ----------------------------------------------------------------------------
@@ -172,23 +281,11 @@ class ModelWrapper:
     def generate(self, prompts: list[str] | str, **kwargs: Any) -> list[Experience]:
         """n samples per prompt, flattened in prompt order."""
         texts = [prompts] if isinstance(prompts, str) else list(prompts)
-        params = self.sampling_params(**kwargs)
-        results = self.engine.generate([self.encode(t) for t in texts], params)
-        return [
-            e
-            for text, outs in zip(texts, results, strict=True)
-            for e in self._to_experiences(outs, text, None)
-        ]
+        return self._run(texts, self.sampling_params(**kwargs), None)
 
     async def generate_async(self, prompts: list[str] | str, **kwargs: Any) -> list[Experience]:
         texts = [prompts] if isinstance(prompts, str) else list(prompts)
-        params = self.sampling_params(**kwargs)
-        results = await self.engine.generate_async([self.encode(t) for t in texts], params)
-        return [
-            e
-            for text, outs in zip(texts, results, strict=True)
-            for e in self._to_experiences(outs, text, None)
-        ]
+        return await self._run_async(texts, self.sampling_params(**kwargs), None)
 
     def chat(
         self,
@@ -200,29 +297,35 @@ class ModelWrapper:
         """n replies to one conversation (`tools`: OpenAI tool definitions, given to the chat template;
         `template_kwargs`: more chat-template variables, over the config's enable_thinking)."""
         text = self.render_chat(messages, tools, template_kwargs)
-        results = self.engine.generate([self.encode(text)], self.sampling_params(**kwargs))
-        return self._to_experiences(results[0], text, messages)
+        return self._run([text], self.sampling_params(**kwargs), messages)
 
     async def chat_async(self, messages: list[dict[str, Any]], **kwargs: Any) -> list[Experience]:
         text = self.render_chat(messages)
-        results = await self.engine.generate_async([self.encode(text)], self.sampling_params(**kwargs))
-        return self._to_experiences(results[0], text, messages)
+        return await self._run_async([text], self.sampling_params(**kwargs), messages)
 
     def generate_tokens(self, prompt_ids: list[int], **kwargs: Any) -> list[Experience]:
         """Token-in, token-out (multi-turn workflows extend the context without re-tokenizing it)."""
-        results = self.engine.generate([self._check_ids(prompt_ids)], self.sampling_params(**kwargs))
-        return self._to_experiences(results[0], "", None)
+        plan, params = self._token_plan(prompt_ids, self.sampling_params(**kwargs))
+        results = self.engine.generate([plan.ids], params)
+        return self._to_experiences(results[0], "", None, plan.overlong)
 
     async def generate_tokens_async(self, prompt_ids: list[int], **kwargs: Any) -> list[Experience]:
-        results = await self.engine.generate_async(
-            [self._check_ids(prompt_ids)], self.sampling_params(**kwargs)
-        )
-        return self._to_experiences(results[0], "", None)
+        plan, params = self._token_plan(prompt_ids, self.sampling_params(**kwargs))
+        results = await self.engine.generate_async([plan.ids], params)
+        return self._to_experiences(results[0], "", None, plan.overlong)
+
+    def _token_plan(self, prompt_ids: list[int], params: SamplingParams) -> tuple[PromptPlan, SamplingParams]:
+        """A token prompt is never cut: within token_limit() it only gets the context's response budget."""
+        plan = self.prompt_fit.plan(self._check_ids(prompt_ids), params.max_tokens)
+        return plan, _fitted(params, plan)
 
     def _check_ids(self, prompt_ids: list[int]) -> list[int]:
-        if not prompt_ids or len(prompt_ids) > self.max_prompt_tokens:
+        limit = self.prompt_fit.token_limit()
+        if not prompt_ids or len(prompt_ids) > limit:
             raise InvalidArgument(
-                f"a token prompt needs 1..{self.max_prompt_tokens} tokens (model.max_prompt_tokens), got {len(prompt_ids)}",
+                f"a token prompt needs 1..{limit} tokens (model.max_prompt_tokens"
+                f"{'' if self.prompt_fit.truncate else ', or max_model_len - 1 without truncation'}), "
+                f"got {len(prompt_ids)}",
                 field="prompt_ids",
             )
         return [int(t) for t in prompt_ids]

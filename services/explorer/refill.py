@@ -45,10 +45,15 @@ class RolloutRow:
     reward: float | None
     response_length: int
     metrics: dict[str, float]
+    info: dict[str, Any] = field(default_factory=dict)
+    """The info keys step metrics count: prompt_overlong, truncate_status (explorer/prompt_fit.py)."""
 
     @classmethod
     def of(cls, exp: Experience) -> RolloutRow:
-        return cls(exp.reward, exp.response_length, dict(exp.metrics))
+        info: dict[str, Any] = {
+            k: exp.info[k] for k in ("prompt_overlong", "truncate_status") if k in exp.info
+        }
+        return cls(exp.reward, exp.response_length, dict(exp.metrics), info)
 
 
 @dataclass

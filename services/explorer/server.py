@@ -114,6 +114,10 @@ def build_parts(
 
     os.environ.update(cfg.explorer.env_vars)
     load_plugins(cfg.explorer.plugin_dirs)
+    if cfg.model.external_model.enable:  # mode bench on a remote chat API: no model loads here
+        from services.explorer.build import build_external_runner
+
+        return {"runner": build_external_runner(cfg), "pool": None, "owned": []}
     tokenizer = load_tokenizer(cfg.model.model_path, cfg.model.tokenizer_path)
     pool = (make_pool or build_pool)(cfg, tokenizer)
     aux_wrappers, owned = build_auxiliary(cfg)
@@ -141,6 +145,8 @@ async def run_mode(cfg: TrinityConfig, explorer: Any) -> None:
         from services.explorer.engines.weights import list_step_dirs
 
         found = list_step_dirs(os.path.join(cfg.run_dir, "checkpoints", "full"), cfg.run_dir)
+        if cfg.model.external_model.enable:  # the remote model's weights are its server's: score it once
+            found = []
         if cfg.explorer.bench_on_latest_checkpoint:
             found = found[-1:]
         await explorer.bench(found)
@@ -201,7 +207,7 @@ async def serve(cfg: TrinityConfig) -> None:
         if monitor is not None:
             monitor.close()
         for key in ("runner", "pool"):
-            if key in parts:
+            if parts.get(key) is not None:
                 parts[key].close()
         for obj in parts.get("owned", []):
             obj.close()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from services.common.experience import Experience
+from services.explorer.prompt_fit import PROMPT_TRUNCATED
 from services.explorer.refill import RolloutRow
 from services.explorer.runner import UnitResult
 
@@ -32,6 +33,11 @@ def rollout_metrics(
         "rollout/timeouts": float(sum(r.timeouts for r in results)),
         "rollout/retries": float(sum(r.retries for r in results)),
         "rollout/skipped": float(sum(r.skipped for r in results)),
+        # prompts past model.max_prompt_tokens, and those masked out for it (explorer/prompt_fit.py)
+        "rollout/prompt_overlong": float(sum(1 for e in exps if e.info.get("prompt_overlong"))),
+        "rollout/prompt_masked": float(
+            sum(1 for e in exps if e.info.get("truncate_status") == PROMPT_TRUNCATED)
+        ),
         "time/rollout_s": seconds,
     }
     names = {name for e in exps for name in e.metrics}

@@ -35,17 +35,19 @@ class TinkerConfig(Section):
 
 
 class ExternalModelConfig(Section):
-    """Trinity's `model.external_model` (a remote OpenAI-compatible model for bench mode): checked key
-    by key; `enable: true` is refused, so the others change nothing here."""
+    """Trinity's `model.external_model`: score a remote OpenAI-compatible chat API in `mode: bench`
+    (services/explorer/external_model.py). The explorer then loads no model: workflows' chat calls go
+    to `<base url>/chat/completions` as `model_name` and get text back (no token ids, so nothing here
+    can be trained on; other modes refuse it)."""
 
     enable: bool = False
-    """Evaluate a remote model: refused (evaluation runs a local model_path)."""
+    """Evaluate the remote model instead of model_path (mode bench only)."""
     base_url_env: str = "OPENAI_BASE_URL"
-    """Environment variable holding the API's base URL."""
+    """Environment variable holding the API's base URL (e.g. http://host:8000/v1), read by the explorer."""
     api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the API key."""
+    """Environment variable holding the API key (unset: no Authorization header)."""
     model_name: str | None = None
-    """The remote model's name."""
+    """The remote model's name in requests (default: model.model_path)."""
 
 
 class ModelConfig(Section):
@@ -86,9 +88,11 @@ class ModelConfig(Section):
     thinking switch); None: the template's default."""
 
     enable_prompt_truncation: bool = True
-    """Prompts longer than max_prompt_tokens are truncated from the left (Trinity's default, the only
-    behaviour here); false is refused: an untruncated prompt would not fit the trainer's sequences
-    (raise max_prompt_tokens instead)."""
+    """true: a prompt longer than max_prompt_tokens keeps its last max_prompt_tokens tokens. false
+    (Trinity's): the prompt is not cut; it is generated on whole while prompt + 1 token fit max_model_len
+    (the response gets what is left), else kept as one masked-out sample per rollout (zero action mask,
+    info truncate_status prompt_truncated: counted, trains nothing). Step metrics: rollout/prompt_overlong,
+    rollout/prompt_masked."""
 
     lora_configs: list[LoRAConfig] | None = None
     """LoRA training of the policy through peft (at most one entry; needs `pip install 'trinity-grpc[lora]'`):
@@ -100,8 +104,8 @@ class ModelConfig(Section):
     the trainer here trains the model locally; `enable: false` (or no key) is this project's way."""
 
     external_model: ExternalModelConfig = ExternalModelConfig()
-    """Trinity's remote OpenAI-compatible model for bench mode: `enable: true` is refused, evaluation
-    here runs a local model_path (the workflows work on token ids, which a remote chat API does not give)."""
+    """Trinity's remote OpenAI-compatible model for `mode: bench`: with `enable: true` the eval tasksets
+    are scored on that API (text and rewards; no token ids, so every other mode refuses it)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -110,12 +114,6 @@ class ModelConfig(Section):
 
     @model_validator(mode="after")
     def _check_limits(self) -> ModelConfig:
-        if self.external_model.enable:
-            raise ValueError(
-                "model.external_model.enable: true is not supported: bench mode here evaluates a local "
-                "model_path (hub id or directory) with the explorer's engines, and its workflows need token "
-                "ids and logprobs that a remote chat API does not return; remove model.external_model"
-            )
         if self.tinker.enable:
             raise ValueError(
                 "model.tinker.enable: true is not supported: Tinker is a remote training service and this "
@@ -126,12 +124,6 @@ class ModelConfig(Section):
             raise ValueError(
                 f"model.lora_configs has {len(self.lora_configs)} entries; one LoRA adapter is supported "
                 "(as in Trinity): keep one entry"
-            )
-        if not self.enable_prompt_truncation:
-            raise ValueError(
-                "model.enable_prompt_truncation: false is not supported: prompts are always truncated from the "
-                f"left to model.max_prompt_tokens ({self.max_prompt_tokens}) here; raise max_prompt_tokens "
-                "to keep longer prompts whole, and remove the key"
             )
         if self.min_response_tokens >= self.max_response_tokens:
             raise ValueError(

@@ -173,6 +173,16 @@ class TrinityConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _external_model_only_in_bench(self) -> TrinityConfig:
+        if self.model.external_model.enable and self.mode != "bench":
+            raise ValueError(
+                f"model.external_model.enable: true works in mode bench only, not mode {self.mode}: a remote "
+                "chat API returns text without token ids or logprobs, so it can be scored but not trained on "
+                "or served; set mode: bench, or remove model.external_model"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _critic_warmup_needs_a_critic(self) -> TrinityConfig:
         if self.trainer.critic_warmup and not self.algorithm.use_critic:
             raise ValueError(

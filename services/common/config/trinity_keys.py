@@ -107,9 +107,11 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "messages rows of SFT/DPO datasets (unless the buffer's format.enable_thinking is given)",
     ),
     "model.enable_prompt_truncation": KeyMeaning(
-        "rejected",
-        "true accepted, with a difference: Trinity masks out a prompt longer than max_prompt_tokens (no "
-        "training on it), here it is truncated from the left and trained on; false rejected: raise max_prompt_tokens",
+        "mapped",
+        "true, with a difference: Trinity masks out a prompt longer than max_prompt_tokens (no training on "
+        "it), here it is truncated from the left and trained on; false as Trinity: the prompt is kept whole "
+        "(the response gets what max_model_len leaves), and one that leaves no room becomes a masked-out "
+        "sample (zero action mask, counted in rollout/prompt_masked)",
     ),
     "model.lora_configs": KeyMeaning(
         "mapped",
@@ -118,8 +120,10 @@ TRINITY_KEYS: dict[str, KeyMeaning] = {
         "with an adapter path, rollouts before the first sync use the base model",
     ),
     "model.external_model": KeyMeaning(
-        "rejected",
-        "enable: true refused: bench here runs a local model_path (workflows need token ids and logprobs)",
+        "mapped",
+        "mode bench: the eval tasksets are scored on the remote OpenAI-compatible API (base URL and key from "
+        "the environment variables base_url_env / api_key_env, as model_name); chat-only replies, so every "
+        "other mode refuses enable: true",
     ),
     "model.tinker": KeyMeaning(
         "rejected",

@@ -20,7 +20,7 @@ PROBLEMS_BY_STAGE = """
 checkpoint_root_dir: {root}/runs
 algorithm: {{algorithm_type: grpo, repeat_times: 4, optimizer: {{grad_clip: 2.0}}}}
 model:
-  enable_prompt_truncation: false
+  tinker: {{enable: true}}
   max_prompt_tokens: nope
 cluster: {{ray_address: "10.0.0.1:6379"}}
 explorer:
@@ -55,7 +55,7 @@ def test_every_problem_of_every_stage_in_one_report(
         "trainer.param_offload True: false only: CPU offload",
         # the schema: a field, then a section's check, then the cross-section ones
         "model.max_prompt_tokens: Input should be a valid integer",
-        "model.enable_prompt_truncation: false is not supported",
+        "model.tinker.enable: true is not supported",
         "trainer.grad_clip (0.5) and algorithm.optimizer.grad_clip (2.0) are the same setting",
         # the loader's conflict
         "buffer.explorer_input.taskset.repeat_times (8) differs from algorithm.repeat_times (4)",

@@ -28,10 +28,11 @@ DATA_JUICER_RECIPE = "grpo_gsm8k_experience_pipeline/dj_scoring_exp.yaml"
 # Configs that load with every key understood (their problems, if any, are missing parts or files).
 # A ratchet: raise it when a change makes more of them load; it must never drop.
 MIN_KEYS_UNDERSTOOD = 54
-# Configs whose only problems are missing data, models, packages or parts here: 35 before Ulysses,
-# 43 once 9 of the 10 with trainer.ulysses_sequence_parallel_size 2 loaded (mix_vlm stays refused
-# for its images). A ratchet too.
-MIN_ONLY_WHAT_IS_MISSING = 43
+# Configs whose only problems are what these machines lack (data, models, packages, parts): 35, then
+# 43 once 9 of the 10 with trainer.ulysses_sequence_parallel_size 2 loaded (mix_vlm stays refused for
+# its images), then more once model.enable_prompt_truncation: false and model.external_model (bench)
+# worked. A ratchet too.
+MIN_ONLY_WHAT_IS_MISSING_HERE = 44
 # Parts the examples name that this project now has (18 taskset lookups missed them before): they
 # must not come back as missing.
 NOW_REGISTERED = {
@@ -96,7 +97,7 @@ def test_tally_of_trinity_v052_examples(capsys: pytest.CaptureFixture[str]) -> N
     unlisted = sorted(key for key in keys if meaning_of(key) is None)
     assert not unlisted, f"Trinity keys with no entry in services/common/config/trinity_keys.py: {unlisted}"
     assert len(understood) >= MIN_KEYS_UNDERSTOOD, sorted(set(trinity) - set(understood))
-    assert len(only_env) >= MIN_ONLY_WHAT_IS_MISSING, sorted(set(trinity) - set(only_env))
+    assert len(clean) + len(only_env) >= MIN_ONLY_WHAT_IS_MISSING_HERE, sorted(rejected)
     assert not set(parts) & NOW_REGISTERED, sorted(set(parts) & NOW_REGISTERED)
 
 

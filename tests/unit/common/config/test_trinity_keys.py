@@ -55,12 +55,10 @@ def test_ulysses_size_reaches_the_engine_and_scales_the_token_budget() -> None:
         validate_config({"trainer": {"ulysses_sequence_parallel_size": 0}})
 
 
-def test_prompt_truncation_true_is_what_happens_and_false_is_refused() -> None:
-    assert validate_config({"model": {"enable_prompt_truncation": True}}).model.enable_prompt_truncation
-    with pytest.raises(
-        ConfigError, match="enable_prompt_truncation: false is not supported.*raise max_prompt_tokens"
-    ):
-        validate_config({"model": {"enable_prompt_truncation": False, "max_prompt_tokens": 64}})
+def test_prompt_truncation_is_on_by_default_and_false_is_accepted() -> None:
+    assert validate_config({}).model.enable_prompt_truncation
+    cfg = validate_config({"model": {"enable_prompt_truncation": False, "max_prompt_tokens": 64}})
+    assert not cfg.model.enable_prompt_truncation  # what it does: tests/unit/explorer/test_model_wrapper.py
 
 
 def test_enable_preview_is_a_notice_at_trainer_start(

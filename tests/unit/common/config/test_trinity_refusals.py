@@ -60,7 +60,12 @@ def test_trainer_config_path_is_read_as_trainer_config(tmp_path) -> None:  # typ
         validate_config({"trainer": {"trainer_config_path": str(verl), "trainer_config": {"a": 1}}})
 
 
-def test_an_external_model_is_refused_and_disabled_is_fine() -> None:
+def test_an_external_model_is_for_bench_only_and_disabled_is_fine() -> None:
     validate_config({"model": {"external_model": {"enable": False, "model_name": "m"}}})
-    with pytest.raises(ConfigError, match="model.external_model.enable: true is not supported: bench mode"):
-        validate_config({"mode": "bench", "model": {"external_model": {"enable": True, "model_name": "m"}}})
+    remote = {"model_path": "qwen3-max", "external_model": {"enable": True, "model_name": "m"}}
+    assert validate_config({"mode": "bench", "model": remote}).model.external_model.enable
+    for mode in ("both", "explore", "train"):
+        with pytest.raises(
+            ConfigError, match=f"model.external_model.enable: true works in mode bench only, not mode {mode}"
+        ):
+            validate_config({"mode": mode, "model": remote})
