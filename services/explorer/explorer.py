@@ -5,7 +5,8 @@ One step:
    services/buffer/kinds/mix.py: each task keeps its own set's workflow and reward fn); the buffer persists the cursor per reader, and
    a restarted explorer first asks for the last batch it was handed again (repeat_last), so a step
    killed midway is redone, not lost. Step = batch_index + 1.
-2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any.
+2. BeginExplorerStep(step, version held): load the weights the synchronizer names, if any. Under
+   fully_async a version published during the step may load between two tokens (mid_step.py).
 3. Run repeat_times rollouts per task (runner: timeouts, retries, skips), stamp ids and version.
 4-5. Experience pipeline (filters, shaping, optional group advantages). With dynamic sampling
    (dapo_dynamic_sampling) 3-5 repeat on further task batches of the same step until it has
@@ -22,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import os
 import time
 from collections import Counter
 from typing import Any
@@ -34,7 +33,9 @@ from services.common.experience import Experience
 from services.common.experience import Task as WireTask
 from services.common.logging import get_logger
 from services.common.monitor import peak_rss_mb
+from services.explorer import records
 from services.explorer.eval import Evaluator
+from services.explorer.mid_step import partial_rows
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.pipeline.input_log import PipelineInputLog
 from services.explorer.pipeline.step_wise import explorer_side_advantage
@@ -154,6 +155,7 @@ class Explorer:
         self.weights_lock: asyncio.Lock = getattr(weights, "lock", None) or asyncio.Lock()
         self.last_metrics: dict[str, float] = {}
         self.last_dropped: Counter[str] = Counter()  # the last step's pipeline drops, by reason
+        self.last_partial: list[dict[str, Any]] = []  # the last step's rows of several versions
         self.refill_read_s = 0.0  # the step's extension reads (refill), part of its read_tasks time
         self.write_tail_s = 0.0  # the step's writes after its rounds' last rollouts (not streamed)
         self.last_eval: dict[str, float] = {}  # the latest eval scores ("eval/<taskset>/<metric>")
@@ -193,6 +195,9 @@ class Explorer:
             previous, self.model_version = self.model_version, loaded
             log.info("weights_loaded", step=step, version=loaded, previous=previous)
         return time.perf_counter() - t0
+
+    def _loaded_mid_step(self, version: int) -> None:
+        self.model_version = version  # the engines hold it (weight_sync logs the load)
 
     # --- steps -----------------------------------------------------------------------------------
 
@@ -236,7 +241,15 @@ class Explorer:
             if self.evaluator.tasksets and step % self.cfg.explorer.eval_interval == 0:
                 await self.evaluate(step)
             metrics["time/eval_s"] = time.perf_counter() - t_eval
-            await asyncio.to_thread(self._record_step, step, metrics)
+            await asyncio.to_thread(
+                records.record_step,
+                self.cfg.run_dir,
+                self.name,
+                step,
+                metrics,
+                dict(self.last_dropped),
+                self.last_partial,
+            )
             if batch.end_of_data:
                 break
         self.state = "finished"
@@ -300,14 +313,19 @@ class Explorer:
         self.state = "exploring"
         t0, self.refill_read_s, self.write_tail_s = time.perf_counter(), 0.0, 0.0
         budget = StepBudget(self.cfg.buffer.batch_size if self.pipeline.refills else None)
-        sampled = await sample_step(
-            await self.run_round(step, wire_tasks, 0, budget),
-            more=lambda index: self.refill_round(step, index, budget),
-            wanted=self.cfg.buffer.batch_size,
-            max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
-            step=step,
-        )
+        loads = self.weights.during_step(step, self._loaded_mid_step)  # partial rollouts (mid_step.py)
+        try:
+            sampled = await sample_step(
+                await self.run_round(step, wire_tasks, 0, budget),
+                more=lambda index: self.refill_round(step, index, budget),
+                wanted=self.cfg.buffer.batch_size,
+                max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
+                step=step,
+            )
+        finally:
+            loaded_mid_step = await loads.close()
         exps = sampled.experiences
+        self.last_partial = partial_rows(exps)
         metrics = rollout_metrics(sampled.results, sampled.rows, sampled.rollout_seconds)
         metrics.update(sampled.metrics)
         metrics.update(extra or {})
@@ -316,6 +334,8 @@ class Explorer:
                 "time/read_tasks_s": metrics.get("time/read_tasks_s", 0.0) + self.refill_read_s,
                 "rollout/model_version": float(self.model_version),
                 "rollout/written": float(len(exps)),
+                "rollout/mid_step_loads": float(len(loaded_mid_step)),
+                "rollout/partial_rows": float(len(self.last_partial)),
                 "time/write_s": self.write_tail_s,
                 "time/step_s": time.perf_counter() - t0,
                 "memory/peak_rss_mb": peak_rss_mb(),
@@ -356,46 +376,10 @@ class Explorer:
         if scores:
             self.last_eval, self.last_eval_step = dict(scores), step
             self.monitor.log({**scores, "eval/model_version": float(self.model_version)}, step)
-            await asyncio.to_thread(self._record_eval, step, scores, eval_s, answers)
+            head = {"explorer": self.name, "mode": self.cfg.mode, "step": step}
+            head["model_version"] = self.model_version
+            await asyncio.to_thread(records.record_eval, self.cfg.run_dir, head, scores, eval_s, answers)
         return scores
-
-    def _record_step(self, step: int, metrics: dict[str, float]) -> None:
-        """Append the step's timings to <run dir>/explorer/progress-<name>.jsonl (summary.json's
-        phase breakdown, cli/phases.py) and the experiences its pipeline dropped, by reason
-        (summary.json's experiences.dropped, cli/stages.py)."""
-        record = {
-            "time": time.time(),
-            "step": step,
-            "metrics": {k: v for k, v in metrics.items() if k.startswith(("time/", "memory/"))},
-            "dropped": dict(self.last_dropped),
-        }
-        path = os.path.join(self.cfg.run_dir, "explorer", f"progress-{self.name}.jsonl")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-
-    def _record_eval(
-        self, step: int, scores: dict[str, float], eval_s: float, answers: list[dict[str, Any]]
-    ) -> None:
-        """Append to <run dir>/eval/results.jsonl (`trinity run` builds summary.json from it) and
-        each sample's answer to eval/answers.jsonl."""
-        record = {
-            "time": time.time(),
-            "explorer": self.name,
-            "mode": self.cfg.mode,
-            "step": step,
-            "model_version": self.model_version,
-            "eval_s": round(eval_s, 3),
-            "scores": scores,
-        }
-        path = os.path.join(self.cfg.run_dir, "eval", "results.jsonl")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a") as fh:
-            fh.write(json.dumps(record) + "\n")
-        # each held-out answer beside its question, for `trinity view`'s before/after comparison
-        head = {k: record[k] for k in ("explorer", "mode", "step", "model_version")}
-        with open(os.path.join(self.cfg.run_dir, "eval", "answers.jsonl"), "a") as fh:
-            fh.writelines(json.dumps({**head, **a}, default=str) + "\n" for a in answers)
 
     async def bench(self, checkpoints: list[tuple[int, str]]) -> dict[int, dict[str, float]]:
         """bench mode: evaluate each checkpoint in order (the current weights when there is none)."""

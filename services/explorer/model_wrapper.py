@@ -20,6 +20,7 @@ import numpy as np
 from services.common.errors import InvalidArgument
 from services.common.experience import ChatMessage, Experience
 from services.explorer.engines.base import BatchingEngine, GenerationOutput, SamplingParams
+from services.explorer.mid_step import token_spans
 from services.explorer.prompt_fit import (
     MASKED_RESPONSE_TEXT,
     PROMPT_TRUNCATED,
@@ -178,15 +179,21 @@ class ModelWrapper:
         texts = decode_responses(self.tokenizer, [out.response_ids for out in outputs])
         for out, text in zip(outputs, texts, strict=True):
             prompt = np.asarray(out.prompt_ids, dtype=np.int64)
+            info: dict[str, Any] = {"finish_reason": out.finish_reason}
+            if overlong:
+                info["prompt_overlong"] = 1
+            if out.token_versions is not None and len(out.token_versions):
+                # the versions that sampled it (several when weights were loaded mid-generation)
+                info["model_versions"], info["version_starts"] = token_spans(out.token_versions)
             exp = Experience(
                 tokens=np.concatenate([prompt, out.response_ids.astype(np.int64)]),
                 prompt_length=len(prompt),
-                model_version=version,
+                model_version=info["model_versions"][0] if "model_versions" in info else version,
                 logprobs=out.logprobs,
                 action_mask=np.ones(len(out.response_ids), dtype=bool),
                 response_text=text,
                 prompt_text=prompt_text,
-                info={"finish_reason": out.finish_reason, **({"prompt_overlong": 1} if overlong else {})},
+                info=info,
             )
             exps.append(self._with_messages(exp, messages))
         return self._recorded(exps)

@@ -204,8 +204,9 @@ class WorkflowRunner:
             for attempt in range(self.max_retry_times + 1):
                 result.attempts = attempt + 1
                 try:
+                    version = self.version_fn()  # the oldest the attempt can sample with
                     exps = await asyncio.wait_for(self._attempt(slot, task, run_index), self.max_timeout)
-                    result.experiences = self._stamp(exps, task, run_index)
+                    result.experiences = self._stamp(exps, task, run_index, version)
                     break
                 except asyncio.TimeoutError:
                     result.timeouts += 1
@@ -271,13 +272,16 @@ class WorkflowRunner:
             )
         return exps
 
-    def _stamp(self, exps: list[Any], task: Task, run_index: int | None) -> list[Experience]:
-        version = self.version_fn()
+    def _stamp(self, exps: list[Any], task: Task, run_index: int | None, version: int) -> list[Experience]:
+        """Ids, eval flag and model version: the oldest of the versions the experience records
+        (`info["model_versions"]`, ModelWrapper), else the one held when the attempt began (weights
+        may load during a step, mid_step.py; the older bound keeps the staleness accounting safe)."""
         out = []
         # one run, several experiences (one per model call) that left `step` unset: number them
         number_steps = run_index is not None and all(getattr(e, "step", 0) == 0 for e in exps)
         for i, exp in enumerate(exps):
-            exp = normalize_experience(exp, version)
+            recorded = (getattr(exp, "info", None) or {}).get("model_versions")
+            exp = normalize_experience(exp, int(min(recorded)) if recorded else version)
             # a workflow may file some experiences under a task of their own (trainable RULER's
             # judgements: "<task>-ruler"), so they form their own GRPO group as in Trinity
             exp.task_id = task.task_id + str(exp.info.pop("task_id_suffix", ""))

@@ -95,6 +95,10 @@ class NullWeightSync:
     async def leave(self) -> None:
         """No weight groups to leave."""
 
+    def during_step(self, step: int, on_loaded: Callable[[int], None]) -> Any:
+        """No synchronizer: nothing loads mid-step."""
+        return self.weights.during_step(step, on_loaded)
+
 
 def build_parts(
     cfg: TrinityConfig, make_pool: Callable[[TrinityConfig, Any], Any] | None = None
@@ -131,9 +135,9 @@ async def connect_weight_sync(cfg: TrinityConfig, pool: Any) -> tuple[WeightSync
     from services.synchronizer.weights import WeightReceiver
 
     client = await SynchronizerClient.connect(cfg.services.synchronizer.address, services_cfg=cfg.services)
-    await client.register(cfg.explorer.name, "explorer")
+    registration = await client.register(cfg.explorer.name, "explorer")
     client.start_heartbeat()
-    return ServiceWeightSync(pool, client, WeightReceiver(client, cfg)), client
+    return ServiceWeightSync(pool, client, WeightReceiver(client, cfg), registration.plan), client
 
 
 async def run_mode(cfg: TrinityConfig, explorer: Any) -> None:

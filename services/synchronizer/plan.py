@@ -21,6 +21,10 @@ Trinity-RFT's semantics (see DESIGN.md, "Synchronizer semantics"):
   load v6 (or whatever is newest then). Under checkpoint nobody waits; under nccl a version's
   group holds the explorers that check at their next boundary (or asked), so the trainer's
   broadcast waits at most for them to finish their current step.
+  Partial rollouts: under checkpoint, a check that is due stays open through the step it precedes:
+  a version published while the step generates is loaded then, between two tokens, by explorers
+  whose engines can (load_during_step); the load counts as that step's boundary sync (the ledger
+  records it with the steps done before it), so explorer_sync_interval spaces loads as before.
 - max_staleness M: explorer step s would be trained at step `max(s, trainer_done + 1)` (one batch
   per step, as in Trinity's one-explorer default; with several explorers the real step is later,
   so the bound errs on the strict side only for the trainer-faster case); it may start only if the
@@ -128,6 +132,19 @@ def async_due_next(plan: Plan, completed: int, last_sync_step: int) -> bool:
     next boundary (the one before step completed + 2, after the step it may be running now)?
     Such explorers form the group of a version published now."""
     return async_check_due(plan, completed + 2, last_sync_step)
+
+
+def load_during_step(plan: Plan, step: int, last_sync_step: int) -> bool:
+    """fully_async under checkpoint: may the explorer load a version published while its step `step`
+    generates? Yes while the check before `step` is due and nothing was loaded since: a load before
+    or during `step` sets last_sync_step to step - 1, which closes the check, so there is at most
+    one load per check. Not under nccl: a version's weight group is formed when it is published and
+    joined at a step boundary; an explorer outside it cannot receive the broadcast."""
+    return (
+        plan.style == "fully_async"
+        and plan.method == "checkpoint"
+        and async_check_due(plan, step, last_sync_step)
+    )
 
 
 def trained_at(step: int, trainer_done: int) -> int:

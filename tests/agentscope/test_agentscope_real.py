@@ -51,6 +51,7 @@ def wrapper_factory(engine: BatchingEngine, tok: Any):
 
 async def test_react_workflow_runs_an_agentscope_agent(engine_and_tokenizer) -> None:
     engine, tok = engine_and_tokenizer
+    engine.engine.model_version = 4  # holds version 4, as after the explorer loaded it
     runner = WorkflowRunner(
         wrapper_factory(engine, tok), slots=2, max_timeout=120, max_retry_times=0, version_fn=VersionRef(4)
     )
@@ -93,6 +94,7 @@ async def test_react_workflow_runs_an_agentscope_agent(engine_and_tokenizer) -> 
 async def test_react_math_workflow_with_its_python_tool(engine_and_tokenizer) -> None:
     """agentscope_react_math_workflow: resettable, so one workflow serves both runs (reset between)."""
     engine, tok = engine_and_tokenizer
+    engine.engine.model_version = 1  # holds version 1, as after the explorer loaded it
     runner = WorkflowRunner(
         wrapper_factory(engine, tok), slots=1, max_timeout=120, max_retry_times=0, version_fn=VersionRef(1)
     )

@@ -127,6 +127,9 @@ class FakeWeightSync:
     async def leave(self):
         self.left_after = list(self.asked)
 
+    def during_step(self, step, on_loaded):
+        return self.engines.during_step(step, on_loaded)
+
 
 class RecordingMonitor:
     def __init__(self) -> None:
@@ -137,3 +140,45 @@ class RecordingMonitor:
 
     def close(self):
         pass
+
+
+class FakeSyncClient:
+    """The synchronizer client's calls a mid-step load makes: wait_for_version, report_sync."""
+
+    def __init__(self):
+        import asyncio
+
+        self.member_id = "explorer"
+        self.held = 0
+        self.latest = None  # the published version (a ledger.Version), once publish() set it
+        self.published = asyncio.Event()
+        self.waited_for: list[int] = []
+        self.reports: list[tuple[int, bool]] = []
+
+    def publish(self, version):
+        self.latest = version
+        self.published.set()
+
+    async def wait_for_version(self, min_version, timeout=None):
+        self.waited_for.append(min_version)
+        while self.latest is None or self.latest.version < min_version:
+            self.published.clear()
+            await self.published.wait()
+        return self.latest
+
+    async def report_sync(self, version, ok, error=""):
+        self.reports.append((version, ok))
+        if ok:
+            self.held = version
+
+
+class FakeReceiver:
+    """WeightReceiver.receive: hands `tensors` for any version and reports the transfer."""
+
+    def __init__(self, client, tensors):
+        self.client = client
+        self.tensors = tensors
+
+    async def receive(self, version, into=None):
+        await self.client.report_sync(version.version, True)
+        return dict(self.tensors)

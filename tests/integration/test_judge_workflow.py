@@ -91,6 +91,7 @@ async def test_ruler_and_rubric_judges_over_http(judge: ModelWrapper) -> None:
             load_causal_lm("builtin:tiny-arith"), eos_token_ids=[tok.eos_token_id], pad_token_id=0
         )
     )
+    engine.engine.model_version = 2  # holds version 2, as after the explorer loaded it
     try:
         runner = WorkflowRunner(
             # the policy's system prompt is longer than the tiny model's 256 positions: keep its tail

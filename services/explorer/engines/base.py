@@ -92,6 +92,9 @@ class InferenceEngine(ABC):
     """A model that samples. Not thread-safe: BatchingEngine serializes every call."""
 
     max_batch_size: int = 256
+    model_version: int = 0
+    """The version of the weights loaded, set by every versioned load (BatchingEngine.update_weights_async
+    with a version, push_weights); engines that record token_versions stamp each token with it."""
     streams: bool = False
     """True: generate_batch takes `on_token` and calls it for each token as it is sampled."""
 
@@ -199,8 +202,23 @@ class BatchingEngine:
         with self._lock:
             return fn(self.engine)
 
-    async def update_weights_async(self, fn: Callable[[InferenceEngine], Any]) -> Any:
-        return await asyncio.to_thread(self.with_weights_locked, fn)
+    async def update_weights_async(
+        self, fn: Callable[[InferenceEngine], Any], version: int | None = None
+    ) -> Any:
+        """`fn(engine)` between batches; with `version`, the engine holds that version afterwards."""
+
+        def load(engine: InferenceEngine) -> Any:
+            out = fn(engine)
+            if version is not None:
+                engine.model_version = int(version)
+            return out
+
+        return await asyncio.to_thread(self.with_weights_locked, load)
+
+    @property
+    def can_push_weights(self) -> bool:
+        """Can weights be loaded between two tokens of a generating batch (partial rollouts)?"""
+        return hasattr(self.engine, "push_weights")
 
     def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Partial rollouts: load weights between two tokens of the batch generating now (it goes
@@ -208,7 +226,12 @@ class BatchingEngine:
         `push_weights` (TransformersEngine); others load them between batches (with_weights_locked)."""
         push = getattr(self.engine, "push_weights", None)
         if push is None:
-            self.with_weights_locked(lambda engine: engine.update_weights(named_tensors))
+
+            def load(engine: InferenceEngine) -> None:
+                engine.update_weights(named_tensors)
+                engine.model_version = int(version)
+
+            self.with_weights_locked(load)
             return
         done = push(version, named_tensors)
         while not done.wait(0.01):

@@ -100,7 +100,7 @@ class TransformersEngine(InferenceEngine):
         forward = inspect.signature(model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         self.model_version = 0
-        """The version of the weights loaded (push_weights sets it; 0 until a versioned load)."""
+        """The version of the weights loaded (push_weights and versioned loads set it; 0: the base model)."""
         self._pending: list[tuple[int, list[tuple[str, Any]], threading.Event]] = []
         self._pending_lock = threading.Lock()
         self.before_token: Callable[[int], None] | None = None
@@ -114,6 +114,12 @@ class TransformersEngine(InferenceEngine):
         with self._pending_lock:
             self._pending.append((int(version), list(named_tensors), done))
         return done
+
+    @property
+    def pending_weights(self) -> bool:
+        """Are pushed weights waiting for the next token boundary?"""
+        with self._pending_lock:
+            return bool(self._pending)
 
     def apply_pending_weights(self) -> bool:
         """Load the queued weights, if any (the newest last); True when weights changed."""

@@ -55,7 +55,7 @@ class ServeWeights:
 
     async def _load(self, gate: EngineGate, tensors: dict[str, Any], version: int) -> None:
         async with gate.loading_weights():
-            await gate.engine.update_weights_async(lambda e: e.update_weights(tensors.items()))
+            await gate.engine.update_weights_async(lambda e: e.update_weights(tensors.items()), version)
             gate.version = version
 
     async def run(self, interval: float) -> None:

@@ -153,3 +153,25 @@ async def test_task_id_suffix_files_an_experience_under_its_own_task():
     assert all("task_id_suffix" not in e.info for e in result.experiences)
     # two calls of one run, no step numbers given: numbered 0, 1 by the runner
     assert [e.step for e in result.experiences] == [0, 1]
+
+
+class LoadsMidRun(Workflow):
+    """Weights change while it runs (a mid-step load, services/explorer/mid_step.py); its first
+    experience records the versions that sampled it, as ModelWrapper does, the second none."""
+
+    is_async = True
+
+    async def run_async(self):
+        self.task.raw_task["ref"].value = 5
+        return [exp(info={"model_versions": [4, 5], "version_starts": [0, 1]}), exp()]
+
+
+async def test_the_stamp_is_the_oldest_recorded_version_else_the_one_held_when_the_run_began():
+    runner, _ = make_runner(version=4)
+    [result] = await runner.run_tasks(
+        [Task(workflow=LoadsMidRun, raw_task={"ref": runner.version_fn}, task_id="t", taskset="ts")]
+    )
+    recorded, unrecorded = result.experiences
+    assert runner.version_fn() == 5
+    assert recorded.model_version == 4 and recorded.info["model_versions"] == [4, 5]
+    assert unrecorded.model_version == 4  # not 5: the run may have sampled with 4 too

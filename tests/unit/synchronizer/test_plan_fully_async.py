@@ -150,3 +150,22 @@ def test_config_keys_and_their_checks() -> None:
     # a staleness bound tighter than the publish interval can never be met
     with pytest.raises(ValueError, match="trainer_sync_interval"):
         SynchronizerConfig(sync_style="fully_async", trainer_sync_interval=3, max_staleness=2)
+
+
+def test_a_due_check_stays_open_through_its_step_for_one_load_under_checkpoint() -> None:
+    # E=3, last synced with 0 steps done: the checks before steps 4, 5, 6 … are due, so a version
+    # published while step 4 (or a later one) generates may load mid-step
+    assert [s for s in range(1, 8) if P.load_during_step(ASYNC, s, last_sync_step=0)] == [4, 5, 6, 7]
+    # loaded during step 4 (or before it): the ledger counts 3 steps done, the next window is step 7
+    assert [s for s in range(4, 10) if P.load_during_step(ASYNC, s, last_sync_step=3)] == [7, 8, 9]
+    # E=1: every step after the first, until a load closes that step's window
+    every = P.Plan(style="fully_async", method="checkpoint", explorer_interval=1)
+    assert [s for s in range(1, 5) if P.load_during_step(every, s, last_sync_step=0)] == [2, 3, 4]
+    assert not P.load_during_step(every, 2, last_sync_step=1)  # step 2 loaded once already
+
+
+def test_no_load_mid_step_under_nccl_or_the_other_styles() -> None:
+    # nccl: a version's group is formed at publish and joined at a step boundary
+    assert not P.load_during_step(P.Plan(style="fully_async", method="nccl", explorer_interval=3), 5, 0)
+    for style in ("fixed", "dynamic_by_trainer", "dynamic_by_explorer"):
+        assert not P.load_during_step(P.Plan(style=style, method="checkpoint"), 5, 0)

@@ -128,6 +128,7 @@ async def test_async_math_boxed_workflow_on_tiny_arith() -> None:
             load_causal_lm("builtin:tiny-arith"), eos_token_ids=[tok.eos_token_id], pad_token_id=0
         )
     )
+    engine.engine.model_version = 3  # holds version 3, as after the explorer loaded it
     dapo = {
         "enable_overlong_penalty": True,
         "penalty_factor": 1.0,

@@ -218,6 +218,7 @@ async def test_async_math_eval_on_tiny_arith() -> None:
             load_causal_lm("builtin:tiny-arith"), eos_token_ids=[tok.eos_token_id], pad_token_id=0
         )
     )
+    engine.engine.model_version = 1  # holds version 1, as after the explorer loaded it
     try:
         runner = WorkflowRunner(
             lambda i: ModelWrapper(engine, tok, max_response_tokens=8),

@@ -47,6 +47,7 @@ def game(target: int, **workflow_args: Any) -> Task:
 
 
 async def test_chat_env_runs_are_several_calls_with_the_runs_return(engine: tuple[Any, Any]) -> None:
+    engine[0].engine.model_version = 2  # holds version 2, as after the explorer loaded it
     runner = WorkflowRunner(
         lambda i: wrapper(engine), slots=2, max_timeout=60, max_retry_times=0, version_fn=VersionRef(2)
     )

@@ -215,6 +215,7 @@ async def test_tool_call_workflow_on_tiny_arith() -> None:
             load_causal_lm("builtin:tiny-arith"), eos_token_ids=[tok.eos_token_id], pad_token_id=0
         )
     )
+    engine.engine.model_version = 4  # holds version 4, as after the explorer loaded it
     try:
         # tiny-arith has 256 positions: the ~1,500-character prompt is cut from the left to 200 tokens
         wrapper = ModelWrapper(engine, tok, max_prompt_tokens=200, max_response_tokens=8)
