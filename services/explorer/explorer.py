@@ -39,7 +39,7 @@ from services.explorer.mid_step import partial_rows
 from services.explorer.pipeline import ExperiencePipeline
 from services.explorer.pipeline.input_log import PipelineInputLog
 from services.explorer.pipeline.step_wise import explorer_side_advantage
-from services.explorer.refill import Round, sample_step
+from services.explorer.refill import Round, lockstep, sample_step
 from services.explorer.rewards import REWARD_FUNCTIONS
 from services.explorer.runner import UnitResult, WorkflowRunner
 from services.explorer.step_metrics import pass_rates, rollout_metrics
@@ -320,6 +320,7 @@ class Explorer:
                 more=lambda index: self.refill_round(step, index, budget),
                 wanted=self.cfg.buffer.batch_size,
                 max_rounds=self.cfg.explorer.max_num_gen_batches if self.pipeline.refills else 1,
+                must_fill=self.pipeline.refills and lockstep(self.cfg),
                 step=step,
             )
         finally:

@@ -15,7 +15,12 @@ last groups (`refill_surplus` in the drop counts), as veRL trims its batch, so t
 exactly buffer.batch_size groups: the trainer, reading train_batch_size experiences, gets full
 batches of one step's groups in every sync mode. When the cap or the end of the taskset comes
 first, the step writes what it has (log `refill_cap_reached` / `refill_taskset_ended`, metric
-`rollout/refill_cap_reached`), and the trainer's batch takes the rest from the next step.
+`rollout/refill_cap_reached`), and the trainer's batch takes the rest from the next step. Not so
+where the explorer's steps wait for versions trained on its rows (`must_fill`: every sync_style
+but fully_async, with a trainer): the trainer would wait for rows the explorer samples only after
+that version, a stall until the trainer's leases run out (seen on SmolLM2 on-policy: 11 minutes,
+and the reclaimed rows read twice into one batch; with sync_offset 1 the wait comes a step later). There the cap is logged and sampling goes on until the step is full or the
+taskset ends (a short last step ends the data: the buffer tells the trainer, which trains it).
 
 Each round's pipeline metrics are combined into the step's: counts (`*count`, `dropped_*`,
 `filtered_groups`, `tasks`, step_wise_grpo's `runs`) add up, other metrics are averaged weighted by
@@ -88,6 +93,14 @@ class SampledStep:
         return sum(rnd.seconds for rnd in self.rounds)
 
 
+def lockstep(cfg: Any) -> bool:
+    """Whether the explorer's steps wait for versions trained on its rows (sample_step's
+    `must_fill`): every sync_style but fully_async, with a trainer. With sync_offset k the wait
+    comes k steps later, but comes: steps that each stop short leave the trainer without a batch
+    when the explorer waits for the version that batch would make."""
+    return bool(cfg.synchronizer.sync_style != "fully_async" and cfg.mode != "explore")
+
+
 def group_ids(exps: Sequence[Experience]) -> list[str]:
     """Distinct groups in order of first appearance (group id, else task id, as the operators)."""
     return list(dict.fromkeys(e.group_id or e.task_id for e in exps))
@@ -122,16 +135,30 @@ async def sample_step(
     wanted: int,
     max_rounds: int,
     step: int,
+    must_fill: bool = False,
 ) -> SampledStep:
     """Run rounds after `first` (`more(i)`: round i, None at the end of the taskset) until the kept
-    groups reach `wanted` or `max_rounds` rounds ran (0: no limit; 1: no refill)."""
+    groups reach `wanted` or `max_rounds` rounds ran (0: no limit; 1: no refill); `must_fill`: the
+    cap is logged and passed, only the end of the taskset stops a step short."""
     rounds = [first]
     kept = len(group_ids(first.output.experiences))
     cap_reached = ended = False
-    while kept < wanted and max_rounds != 1:
-        if max_rounds and len(rounds) >= max_rounds:
+    refill = max_rounds != 1 or must_fill
+    while kept < wanted and refill:
+        if max_rounds and len(rounds) >= max_rounds and not cap_reached:
             cap_reached = True
-            break
+            if not must_fill:
+                break
+            log.warning(
+                "refill_cap_passed",
+                step=step,
+                groups=kept,
+                wanted=wanted,
+                gen_batches=len(rounds),
+                hint="the explorer waits for versions trained on its rows (sync_style not fully_async), so "
+                "a short step would stall the trainer: sampling goes on until the step is full; the tasks "
+                "may be too easy or too hard for the model",
+            )
         nxt = await more(len(rounds))
         if nxt is None:
             ended = True
@@ -146,7 +173,7 @@ async def sample_step(
         sampled.dropped[SURPLUS] += len(sampled.experiences) - len(trimmed)
         sampled.experiences, kept = trimmed, wanted
     sampled.metrics = merge_round_metrics([(len(r.rows), r.output.metrics) for r in rounds])
-    if max_rounds != 1:
+    if refill:
         sampled.metrics.update(
             {
                 "rollout/num_gen_batches": float(len(rounds)),
@@ -154,7 +181,7 @@ async def sample_step(
                 "rollout/refill_cap_reached": float(cap_reached),
             }
         )
-    if cap_reached:
+    if cap_reached and not must_fill:
         log.warning(
             "refill_cap_reached",
             step=step,

@@ -155,3 +155,35 @@ def test_an_explorer_killed_mid_refill_redoes_its_step_on_the_same_tasks(tmp_pat
     counts = summary["experiences"]
     assert counts["buffered"] == 2 * BATCH * REPEAT and counts["trained"] == 0  # full steps, no duplicates
     assert counts["written"] == counts["buffered"] + sum(counts["dropped"].values())
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "sync",
+    [
+        pytest.param({}, id="on-policy"),  # the cap is passed: every step full
+        # the explorer never waits: steps stop short at the cap, the trainer's batches straddle them
+        pytest.param({"sync_style": "fully_async", "sync_method": "checkpoint"}, id="fully-async"),
+    ],
+)
+def test_capped_steps_never_stall_and_a_short_last_batch_is_trained(
+    tmp_path: pathlib.Path, sync: dict[str, Any]
+) -> None:
+    # one generation batch a step and mostly flat groups: where the explorer waits for versions, a
+    # short step used to stall the trainer (it waited for rows sampled only after its update) until
+    # its leases ran out; now the step samples past the cap. Fully async, steps stay short, the
+    # trainer's batches straddle them, and its last is short: told by the buffer that no more rows
+    # can come (it used to wait forever on rows it held itself), it trains that one and the run ends
+    more = () if not sync else ("buffer.total_steps=8",)  # 16 tasks: a few informative groups
+    summary, run_dir, _ = dapo_run(tmp_path, "explorer.max_num_gen_batches=1", *more, **sync)
+    steps = [json.loads(line) for line in (run_dir / "trainer" / "progress.jsonl").read_text().splitlines()]
+    rows = [len(s["rows"]) for s in steps]
+    assert all(len(set(s["rows"])) == len(s["rows"]) for s in steps)  # no row twice in a batch
+    counts = summary["experiences"]
+    dropped = sum(counts["dropped"].values())
+    assert counts["written"] == counts["trained"] + counts["buffered"] + dropped
+    assert counts["trained"] == sum(rows) and counts["buffered"] == 0
+    assert rows[:-1] == [BATCH * REPEAT] * (len(rows) - 1) and 0 < rows[-1] <= BATCH * REPEAT
+    assert summary["status"] == "complete", summary
+    passed = any('"refill_cap_passed"' in line for line in (run_dir / "logs" / "explorer.log").open())
+    assert passed == (not sync)

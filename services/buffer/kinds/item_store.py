@@ -160,6 +160,21 @@ class ItemStore:
         writers = self.m.writers
         return bool(writers) and all(writers.values()) and self.m.ready == 0 and self.m.leased == 0
 
+    def writers_closed(self) -> bool:
+        """Writers were declared and every one has closed: no new rows will come."""
+        return bool(self.m.writers) and all(self.m.writers.values())
+
+    def drained_for(self, reader_id: str) -> bool:
+        """Nothing more can reach `reader_id`: every declared writer closed, nothing readable or
+        cooling, and every lease still out is this reader's own (it will not come back to it while
+        the reader lives). A reader's last batch may be short (DAPO's steps that hit their refill
+        cap write fewer rows): this is how it learns there is no more, instead of waiting forever
+        on rows it holds itself."""
+        if not self.writers_closed() or self.available() > 0 or self.m.cooling:
+            return False
+        now = time.time()
+        return all(lease.reader == reader_id for lease in self.m.leases.values() if lease.expires_at > now)
+
     def _nothing_more_coming(self) -> bool:
         """Writers all closed and nothing readable is left (rows under lease may still come back)."""
         writers = self.m.writers

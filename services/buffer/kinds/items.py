@@ -81,6 +81,7 @@ class ItemBuffer(ItemStore):
                 self.available(now) >= missing
                 or (now >= deadline and self.available(now) > 0)
                 or (min_model_version and self.available(now))
+                or (self.writers_closed() and self.available(now))  # no more is coming: take what is
             ):
                 claimed = await self.db.write(
                     functools.partial(
@@ -101,16 +102,19 @@ class ItemBuffer(ItemStore):
                 or time.time() >= deadline
                 or self.end_of_data()
                 or (got and self._nothing_more_coming())
+                or (reader_id and self.drained_for(reader_id))
             ):
                 break
             wake = self._next_wakeup(now)
             await self._wait_change(deadline if wake is None else min(deadline, wake))
         got.sort(key=self._sort_key)
+        # a named reader is told when nothing more can reach it (its rows included: a short last batch)
+        last = bool(reader_id) and self.drained_for(reader_id)
         if not got:
-            return ReadResult("", [], self.end_of_data(), 0.0)
+            return ReadResult("", [], self.end_of_data() or last, 0.0)
         if time.time() - first_claim_at > 0.05:  # waited while holding items: the lease starts now
             await self._extend(lease_id, time.time() + lease_len)
-        return ReadResult(lease_id, [r[2] for r in got], False, self.m.leases[lease_id].expires_at)
+        return ReadResult(lease_id, [r[2] for r in got], last, self.m.leases[lease_id].expires_at)
 
     async def _extend(self, lease_id: str, expires: float) -> None:
         async def op(conn: AsyncConnection) -> int:

@@ -189,6 +189,27 @@ async def test_end_of_data_after_all_writers_closed_and_drained(core):
     assert (await core.stats("q")).end_of_data
 
 
+async def test_a_readers_short_last_batch_ends_its_data_though_it_holds_the_rows(core):
+    # DAPO: a step that hit its refill cap wrote fewer rows than a batch, so the last batch is short
+    await core.open_writer("q", "explorer")
+    await core.write("q", [exp(label=x) for x in "abc"], writer_id="explorer")
+    first = await core.read("q", 2, max_wait=0, lease_s=60, reader_id="trainer")
+    assert labels(first.payloads) == ["a", "b"] and not first.end_of_data  # the writer is open
+    await core.close_writer("q", "explorer")
+    short = await core.read(
+        "q", 4, max_wait=30, lease_s=60, reader_id="trainer"
+    )  # returns at once, not in 30 s
+    assert labels(short.payloads) == ["c"] and short.end_of_data
+    again = await core.read("q", 1, max_wait=30, reader_id="trainer")  # its leases are all it waits on
+    assert again.payloads == [] and again.end_of_data
+    # another reader still waits: the trainer's rows come back to it if the trainer dies
+    other = await core.read("q", 1, max_wait=0.2, reader_id="other")
+    assert other.payloads == [] and not other.end_of_data
+    await core.ack(first.lease_id)
+    await core.ack(short.lease_id)
+    assert (await core.read("q", 1, max_wait=0, reader_id="other")).end_of_data
+
+
 async def test_rejected_write_changes_nothing_and_names_the_field(core):
     bad = exp(n=6, prompt=2)
     bad.logprobs.raw = np.zeros(3, np.float32).tobytes()  # 3 != response length 4

@@ -14,7 +14,7 @@ from services.common.experience import Experience
 from services.explorer.build import build_pool, build_runner
 from services.explorer.explorer import Explorer
 from services.explorer.pipeline.operators import PipelineOutput
-from services.explorer.refill import Round, merge_round_metrics, sample_step
+from services.explorer.refill import Round, lockstep, merge_round_metrics, sample_step
 from services.explorer.runner import VersionRef
 from services.explorer.workflows import WORKFLOWS, Workflow
 from services.explorer.workflows.base import WorkflowExperience
@@ -115,9 +115,10 @@ class ScriptedOutcomes(Workflow):
 WORKFLOWS.register_module("scripted_outcomes_workflow", ScriptedOutcomes, force=True)
 
 
-def make_cfg(name: str = "explorer", **explorer) -> TrinityConfig:
+def make_cfg(name: str = "explorer", sync: dict | None = None, **explorer) -> TrinityConfig:
     return TrinityConfig.model_validate(
         {
+            "synchronizer": sync or {},
             "algorithm": {"algorithm_type": "dapo", "repeat_times": 2},
             "model": {"model_path": "builtin:tiny-arith", "max_prompt_tokens": 16, "max_response_tokens": 4},
             "buffer": {
@@ -185,9 +186,12 @@ async def test_a_step_refills_until_it_has_batch_size_groups(explorer_for):
     assert step2["rollout/dropped/dapo_dynamic_sampling/all_wrong"] == 4.0  # tasks 6 and 7
 
 
+ASYNC = {"sync_style": "fully_async", "sync_method": "checkpoint"}  # the explorer never waits: short is fine
+
+
 async def test_the_cap_and_the_end_of_the_taskset_leave_a_step_short(explorer_for, capsys):
     buffer = taskset(*SCRIPT)
-    explorer, monitor = explorer_for(make_cfg(max_num_gen_batches=2), buffer)
+    explorer, monitor = explorer_for(make_cfg(sync=ASYNC, max_num_gen_batches=2), buffer)
     await explorer.run()
     by_step = [m for _, m in monitor.logged if "rollout/num_gen_batches" in m]
     # step 1: tasks 0-3, one group, cap; step 2: 4,5 full at once; step 3: 6,7 + 8,9
@@ -195,7 +199,7 @@ async def test_the_cap_and_the_end_of_the_taskset_leave_a_step_short(explorer_fo
     assert [m["rollout/refill_cap_reached"] for m in by_step] == [1.0, 0.0, 0.0]
     assert "refill_cap_reached" in capsys.readouterr().out
     no_refill = taskset(*SCRIPT)
-    explorer, monitor = explorer_for(make_cfg(max_num_gen_batches=1), no_refill)
+    explorer, monitor = explorer_for(make_cfg(sync=ASYNC, max_num_gen_batches=1), no_refill)
     await explorer.run()  # Trinity's behaviour: each batch is a step, whatever the filter keeps
     # 5 steps of 2 tasks keep the groups of tasks 2 | 4, 5 | 8, 9: 5 groups of 2
     assert no_refill.extensions == [] and len(no_refill.written["experience_buffer"]) == 5 * 2
@@ -203,6 +207,33 @@ async def test_the_cap_and_the_end_of_the_taskset_leave_a_step_short(explorer_fo
     explorer, monitor = explorer_for(make_cfg(), ends)
     await explorer.run()
     assert [e.task_id for e in ends.written["experience_buffer"]] == ["2", "2"]  # the taskset ended
+
+
+async def test_where_steps_wait_for_versions_the_cap_is_passed_so_the_trainer_never_starves(
+    explorer_for, capsys
+):
+    # on-policy: step 2 waits for the update of step 1's rows; step 1 stopping short at the cap
+    # (tasks 0-3, one group) would stall the trainer, so it samples on (4,5: full, 5 the surplus)
+    buffer = taskset(*SCRIPT)
+    explorer, monitor = explorer_for(make_cfg(max_num_gen_batches=2), buffer)
+    await explorer.run()
+    by_step = [m for _, m in monitor.logged if "rollout/num_gen_batches" in m]
+    assert [m["rollout/groups"] for m in by_step] == [2.0, 2.0]
+    assert [m["rollout/num_gen_batches"] for m in by_step] == [3.0, 2.0]
+    assert by_step[0]["rollout/refill_cap_reached"] == 1.0  # still reported
+    out = capsys.readouterr().out
+    assert "refill_cap_passed" in out and '"refill_cap_reached"' not in out
+    one = taskset(*SCRIPT)  # max_num_gen_batches 1 too: a step is never short on-policy
+    explorer, monitor = explorer_for(make_cfg(max_num_gen_batches=1), one)
+    await explorer.run()
+    assert [e.task_id for e in one.written["experience_buffer"]][:4] == ["2", "2", "4", "4"]
+
+
+def test_lockstep_is_every_style_but_fully_async_with_a_trainer():
+    assert lockstep(make_cfg()) and lockstep(make_cfg(sync={"sync_offset": 1, "sync_interval": 2}))
+    assert not lockstep(make_cfg(sync=ASYNC))
+    cfg = make_cfg()
+    assert not lockstep(cfg.model_copy(update={"mode": "explore"}))
 
 
 async def test_a_restart_mid_step_reads_the_same_extensions_and_writes_the_same_groups(explorer_for):
