@@ -45,6 +45,7 @@ WORKFLOWS = Registry(
         "sciworld_workflow": "services.explorer.workflows.sciworld:SciWorldWorkflow",
         "webshop_workflow": "services.explorer.workflows.webshop:WebShopWorkflow",
         "email_search_workflow": "services.explorer.workflows.email_search:EmailSearchWorkflow",
+        "intercode_sql_workflow": "services.explorer.workflows.intercode_sql:InterCodeSQLWorkflow",
         # AgentScope agents
         "agentscope_workflow_adapter": "services.explorer.workflows.agentscope:AgentScopeWorkflowAdapter",
         "agentscope_workflow_adapter_v1": "services.explorer.workflows.agentscope:AgentScopeWorkflowAdapterV1",
