@@ -229,8 +229,11 @@ class ExplorerConfig(Section):
     buffer.batch_size tasks within the same step until the step has buffer.batch_size groups; this
     caps the batches a step may generate, the first included (veRL's
     algorithm.filter_groups.max_num_gen_batches; its DAPO recipe uses 10; Trinity-RFT has no refill).
-    0: no limit (until the taskset ends); 1: no refill. At the cap the step writes the groups it has
-    (log refill_cap_reached, metric rollout/refill_cap_reached) where veRL stops with an error."""
+    0: no limit (until the taskset ends); 1: no refill. In sync_style fully_async the step
+    then writes the groups it has (log refill_cap_reached, metric rollout/refill_cap_reached) where
+    veRL stops with an error; in every other style, where the explorer waits for versions trained on
+    its rows, a short step would stall the trainer, so the cap is logged (refill_cap_passed) and
+    sampling goes on until the step is full or the taskset ends."""
     env_vars: dict[str, str] = Field(default_factory=dict)
     """Environment variables set for workflow runners."""
     rollout_model: RolloutModelConfig = RolloutModelConfig()
