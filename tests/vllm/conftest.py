@@ -50,8 +50,11 @@ def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, 
     return path, build_tiny_llama(path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tiny_engine(tiny_llama: tuple[pathlib.Path, torch.nn.Module]) -> Iterator[VLLMEngine]:
+    """One in-process engine per test module: closing an in-process engine (test_engine_args and
+    test_multiprocess close theirs) tears down vLLM's process-wide parallel state, and an engine
+    made before that fails afterwards ("pipeline model parallel group is not initialized")."""
     path, _ = tiny_llama
     eos = builtin_tokenizer().eos_token_id
     engine = VLLMEngine(
