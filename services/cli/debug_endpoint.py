@@ -10,15 +10,13 @@ text tokenized again. vLLM's OpenAI server and the explorer's own OpenAI API
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-from services.common.errors import FailedPrecondition, Unavailable
+from services.common.errors import FailedPrecondition
+from services.common.http_json import call_json
 from services.explorer.engines.base import (
     BatchingEngine,
     EnginePool,
@@ -107,22 +105,9 @@ class EndpointEngine(InferenceEngine):
         self.model = model or self.served_models()[0]
 
     def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key not in ("", "EMPTY"):
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{self.base_url}{path}", data=data, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload: dict[str, Any] = json.loads(response.read())
-                return payload
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:500]
-            raise FailedPrecondition(
-                f"{self.base_url}{path} answered HTTP {exc.code}: {detail}", field="--endpoint"
-            ) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise Unavailable(f"cannot reach {self.base_url}{path}: {exc}", field="--endpoint") from exc
+        return call_json(
+            self.base_url, path, body, api_key=self.api_key, timeout=self.timeout, field="--endpoint"
+        )
 
     def served_models(self) -> list[str]:
         """The model ids the server lists at /models."""

@@ -12,17 +12,15 @@ The base URL and the API key are read from the environment variables the config 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import urllib.error
-import urllib.request
 from typing import Any
 
 import numpy as np
 
 from services.common.config.model import ModelConfig
-from services.common.errors import FailedPrecondition, InvalidArgument, Unavailable
+from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.experience import ChatMessage, Experience
+from services.common.http_json import call_json
 from services.explorer.model_wrapper import _IGNORED_KEYS, _SAMPLING_KEYS
 
 FIELD = "model.external_model"
@@ -94,22 +92,14 @@ class ExternalChatModel:
         return body
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key and self.api_key != "EMPTY":
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        data = json.dumps({"model": self.model_name, **body}).encode()
-        request = urllib.request.Request(f"{self.base_url}{path}", data=data, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload: dict[str, Any] = json.loads(response.read())
-                return payload
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:500]
-            raise FailedPrecondition(
-                f"{self.base_url}{path} answered HTTP {exc.code}: {detail}", field=FIELD
-            ) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise Unavailable(f"cannot reach {self.base_url}{path}: {exc}", field=FIELD) from exc
+        return call_json(
+            self.base_url,
+            path,
+            {"model": self.model_name, **body},
+            api_key=self.api_key,
+            timeout=self.timeout,
+            field=FIELD,
+        )
 
     def _experiences(
         self, reply: dict[str, Any], prompt_text: str, messages: list[dict[str, Any]], chat: bool
