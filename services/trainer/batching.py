@@ -264,6 +264,18 @@ def micro_batches(batch: Batch, micro_batch_size: int, max_tokens: int | None = 
     return list(torch.split(order, micro_batch_size))
 
 
+def rows_to_train(batch: Batch, zero_advantage_is_inert: bool) -> Tensor:
+    """Indices of the rows an update passes over: all of them, or, when the algorithm says a zero
+    advantage adds nothing (GRPO without KL loss or entropy bonus), those with a nonzero advantage:
+    a group whose samples all scored the same costs no forward/backward. Each micro-batch keeps its
+    share of the whole batch's rows, so the update is the one all rows give."""
+    everything = torch.arange(len(batch), device=batch.train.action_mask.device)
+    advantages = batch.train.advantages
+    if not zero_advantage_is_inert or advantages is None or batch.train.pair_index is not None:
+        return everything
+    return everything[(advantages * batch.train.action_mask).abs().sum(dim=1) > 0]
+
+
 def token_budget_chunks(prompt_lengths: Tensor, response_lengths: Tensor, max_tokens: int) -> list[Tensor]:
     """Row indices packed greedily, shortest rows first, while a chunk's padded size stays in budget.
 

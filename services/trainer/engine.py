@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
-from services.trainer.batching import Batch, ModelInputs, micro_batches
+from services.trainer.batching import Batch, ModelInputs, micro_batches, rows_to_train
 from services.trainer.distributed import (
     DistContext,
     all_reduce_sums,
@@ -275,7 +275,7 @@ class TrainEngine:
         world = self.dist.world_size if self.dist is not None else 1
         sums: dict[str, float] = {}
         grad_norm = 0.0
-        active = self._rows_to_train(batch)
+        active = rows_to_train(batch, self.algorithm.zero_advantage_is_inert)
         metrics["batch/skipped_rows"] = float(n - len(active))
         warming_up = self.critic is not None and self.step < self.settings.critic_warmup
         if self.critic is not None:
@@ -335,21 +335,6 @@ class TrainEngine:
             mask = mb.train.action_mask
             mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
             sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share / copies
-
-    def _rows_to_train(self, batch: Batch) -> Tensor:
-        """Indices of the rows the update passes over: all of them, or, when the algorithm says a
-        zero advantage adds nothing (GRPO without KL loss or entropy bonus), those with a nonzero
-        advantage: a group whose samples all scored the same costs no forward/backward. Each
-        micro-batch keeps its share of the whole batch's rows, so the update is the one all rows give."""
-        everything = torch.arange(len(batch), device=batch.train.action_mask.device)
-        advantages = batch.train.advantages
-        if (
-            not self.algorithm.zero_advantage_is_inert
-            or advantages is None
-            or batch.train.pair_index is not None
-        ):
-            return everything
-        return everything[(advantages * batch.train.action_mask).abs().sum(dim=1) > 0]
 
     def _chunks(self, batch: Batch, rows: Tensor) -> list[Tensor]:
         """Micro-batches (row indices into `batch`) over `rows`."""
