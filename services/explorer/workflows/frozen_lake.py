@@ -37,7 +37,7 @@ from services.common.experience import ChatMessage, Experience
 from services.common.logging import get_logger
 from services.explorer.rewards import REWARD_FUNCTIONS, resolve_reward
 from services.explorer.workflows.base import ResettableWorkflow, Task
-from services.explorer.workflows.frozen_lake_env import FrozenLake, generate_random_map, parse_action
+from services.explorer.workflows.frozen_lake_env import lake_of_task, parse_action
 from services.explorer.workflows.frozen_lake_prompts import (
     MULTI_SHOT_SYSTEM_PROMPT,
     SYSTEM_PROMPT,
@@ -118,17 +118,7 @@ class FrozenLakeWorkflow(ResettableWorkflow):
                 f"agent_max_steps must be >= 1, got {self.agent_max_steps}",
                 field="workflow_args.agent_max_steps",
             )
-        self.seed = int(raw.get("seed", 42))
-        desc = args.get("desc")
-        if desc is None:
-            # Trinity defaults size to 1, which no map satisfies; 4 is gymnasium's classic lake
-            desc, _ = generate_random_map(
-                size=int(raw.get("size", 4)),
-                p=float(raw.get("p", 0.8)),
-                seed=self.seed,
-                max_steps=self.env_max_steps,
-            )
-        self.lake = FrozenLake(list(desc), is_slippery=bool(args.get("is_slippery", False)))
+        self.lake, self.seed = lake_of_task(args, raw, self.env_max_steps)
         system = task.format_args.system_prompt
         if system is None:
             system = MULTI_SHOT_SYSTEM_PROMPT if args.get("use_multistep_prompt", False) else SYSTEM_PROMPT

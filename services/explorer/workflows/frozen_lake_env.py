@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -187,3 +188,16 @@ class FrozenLake:
                     cells.append(_CELL_TEXT[tile])
             lines.append("".join(cells))
         return "\n".join(lines)
+
+
+def lake_of_task(args: dict[str, Any], raw: dict[str, Any], max_steps: int) -> tuple[FrozenLake, int]:
+    """A task's lake and seed: workflow_args `desc` (rows of S/F/H/G) or a random map of the task's
+    `size` (Trinity defaults it to 1, which no map satisfies; 4 is gymnasium's classic lake) and
+    `p`, from its `seed` (42), reachable within `max_steps`; `is_slippery` from workflow_args."""
+    seed = int(raw.get("seed", 42))
+    desc = args.get("desc")
+    if desc is None:
+        desc, _ = generate_random_map(
+            size=int(raw.get("size", 4)), p=float(raw.get("p", 0.8)), seed=seed, max_steps=max_steps
+        )
+    return FrozenLake(list(desc), is_slippery=bool(args.get("is_slippery", False))), seed

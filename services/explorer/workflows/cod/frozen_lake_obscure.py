@@ -27,7 +27,7 @@ from services.common.errors import InvalidArgument
 from services.common.experience import Experience
 from services.explorer.workflows.base import Task
 from services.explorer.workflows.cod.episode import CodEpisodeWorkflow, answer_of
-from services.explorer.workflows.frozen_lake_env import ACTION_NAMES, FrozenLake, generate_random_map
+from services.explorer.workflows.frozen_lake_env import ACTION_NAMES, lake_of_task
 
 DIRECTIONS = ("Down", "Right", "Up", "Left")
 PERMUTATIONS = list(itertools.permutations(DIRECTIONS))
@@ -98,16 +98,7 @@ class CodFrozenLakeObscureWorkflow(CodEpisodeWorkflow):
         args, raw = task.workflow_args, task.raw_task
         self.env_max_steps = int(args.get("env_max_steps", 8))
         self.agent_max_steps = int(args.get("agent_max_steps", 10))
-        self.seed = int(raw.get("seed", 42))
-        desc = args.get("desc")
-        if desc is None:
-            desc, _ = generate_random_map(
-                size=int(raw.get("size", 4)),
-                p=float(raw.get("p", 0.8)),
-                seed=self.seed,
-                max_steps=self.env_max_steps,
-            )
-        self.lake = FrozenLake(list(desc), is_slippery=bool(args.get("is_slippery", False)))
+        self.lake, self.seed = lake_of_task(args, raw, self.env_max_steps)
         self.mapping = action_mapping(args, raw)
 
     @property
