@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import yaml
 
 from services.common.config import TrinityConfig
+from services.common.config.services import Endpoint
 from services.common.errors import ConfigError, TrinityError
 from services.common.parent_watch import PARENT_ENV
 from services.common.procs import free_port
@@ -171,6 +172,15 @@ def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
     if cfg.services.explorer.metrics_port is not None:
         items += (f"services.explorer.metrics_port={free_port()}",)
     return items
+
+
+def child_endpoint(cfg: TrinityConfig, name: str, overrides: Sequence[str]) -> Endpoint:
+    """Where a child of service `name` listens: its config's endpoint, or the port its --set items
+    give it (an explorer replica's, from replica_overrides)."""
+    endpoint = cfg.services.endpoint(name)  # type: ignore[arg-type]
+    key = f"services.{name}.port="
+    port = next((int(o[len(key) :]) for o in overrides if o.startswith(key)), None)
+    return endpoint if port is None else endpoint.model_copy(update={"port": port})
 
 
 PIN_ENV = "TRINITY_PIN_CPUS"

@@ -37,6 +37,7 @@ from services.cli.prepare import (
     INFRA,
     LABEL_WIDTH,
     WORKERS_OF_MODE,
+    child_endpoint,
     child_env,
     fresh_run_overrides,
     pin_prefix,
@@ -96,12 +97,7 @@ class StageRunner:
         is found at the port its overrides give it (replica_overrides)."""
         label = label or name
         self.service_of[label] = name
-        endpoint = self.cfg.services.endpoint(name)  # type: ignore[arg-type]
-        port = next(
-            (int(o.split("=", 1)[1]) for o in overrides if o.startswith(f"services.{name}.port=")), None
-        )
-        if port is not None:
-            endpoint = endpoint.model_copy(update={"port": port})
+        endpoint = child_endpoint(self.cfg, name, overrides)
         if endpoint.port and listening(endpoint.host, endpoint.port):
             # its health check would answer for the other server while this child fails to bind
             raise RuntimeError(
