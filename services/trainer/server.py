@@ -86,7 +86,7 @@ def run_follower(cfg: TrinityConfig, ctx: Any) -> None:
     import signal
 
     from services.trainer.build import build_engine
-    from services.trainer.distributed import follow
+    from services.trainer.distributed import exit_rank, follow
 
     # torchrun forwards SIGTERM to every rank; rank 0 then still needs us for the final checkpoint.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -94,6 +94,7 @@ def run_follower(cfg: TrinityConfig, ctx: Any) -> None:
     built = build_engine(cfg, dist=ctx)
     log.info("follower_ready", rank=ctx.rank, world_size=ctx.world_size)
     follow(built.engine, ctx)
+    exit_rank(0)
 
 
 async def stop_within(loop: Any, run: asyncio.Future[None], deadline: float) -> None:
@@ -115,7 +116,7 @@ async def serve(cfg: TrinityConfig) -> None:
     from services.common.monitor import make_monitor
     from services.trainer.build import build_engine
     from services.trainer.dataset_source import DatasetAwareSource
-    from services.trainer.distributed import LeaderEngine, init_distributed
+    from services.trainer.distributed import LeaderEngine, exit_rank, init_distributed
     from services.trainer.metrics import step_mirror
     from services.trainer.service import TrainerLoop
 
@@ -159,3 +160,5 @@ async def serve(cfg: TrinityConfig) -> None:
             engine.shutdown()
         server.request_stop()
         await serving
+    if ctx is not None:  # the run ended without an error and the followers are released
+        exit_rank(0)
