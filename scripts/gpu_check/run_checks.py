@@ -183,5 +183,9 @@ def check_bench(ctx: lab.Context) -> Mapping[str, Any]:
 
 
 def check_colocate(ctx: lab.Context) -> Mapping[str, Any]:
-    """mode: colocate (trainer and rollout engine sharing one device) does not exist here yet."""
-    raise CheckSkipped("not implemented: mode colocate does not exist in this project yet (issue 34, part 2)")
+    """mode: colocate shares the weights through host memory (docs/colocate.md): on CUDA the trainer
+    refuses it at start, and on CPU tests/integration/test_colocate_run.py runs it."""
+    raise CheckSkipped(
+        "not implemented on CUDA: mode colocate shares the weights through host memory; CUDA IPC "
+        "between the trainer's and the engine's processes is not built (docs/colocate.md)"
+    )

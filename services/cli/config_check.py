@@ -20,7 +20,7 @@ from services.common.config import TrinityConfig, load_raw
 from services.common.config.buffer import StorageConfig
 from services.common.errors import ConfigError, TrinityError
 
-EXPLORING_MODES = ("both", "explore", "bench")
+EXPLORING_MODES = ("both", "explore", "bench", "colocate")
 
 
 @dataclass
@@ -151,11 +151,11 @@ def _check_sync_plan(stage: TrinityConfig, prefix: str, report: Report) -> None:
 def _storages(stage: TrinityConfig) -> Iterator[tuple[str, str | None, str]]:
     """(key, path, storage_type) of every buffer section the stage's mode reads."""
     inputs = stage.buffer.explorer_input
-    for key, section in inputs.training_tasksets() if stage.mode in ("both", "explore") else []:
+    for key, section in inputs.training_tasksets() if stage.mode in ("both", "explore", "colocate") else []:
         yield key, section.path, section.storage_type
     for i, eval_set in enumerate(inputs.eval_tasksets if stage.mode in EXPLORING_MODES else []):
         yield f"buffer.explorer_input.eval_tasksets[{i}]", eval_set.path, eval_set.storage_type
-    if stage.mode not in ("both", "train"):
+    if stage.mode not in ("both", "train", "colocate"):
         return
     trainer_input = stage.buffer.trainer_input
     exp = trainer_input.experience_buffer
@@ -246,7 +246,7 @@ def _check_cod(stage: TrinityConfig, prefix: str, report: Report) -> None:
     algorithm = stage.algorithm
     causal = (algorithm.advantage_fn_args or {}).get("iterative_hint_e2e_causal", False)
     if stage.cod is None:
-        if algorithm.advantage_fn == "cod" and causal and stage.mode in ("both", "explore"):
+        if algorithm.advantage_fn == "cod" and causal and stage.mode in ("both", "explore", "colocate"):
             report.problem(
                 f"{prefix}algorithm.advantage_fn",
                 "cod with iterative_hint_e2e_causal scores the episodes of CoD packs; add a cod: section",

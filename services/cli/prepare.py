@@ -26,6 +26,7 @@ WORKERS_OF_MODE = {
     "explore": ("explorer",),
     "bench": (),
     "serve": ("explorer",),  # the explorer is the OpenAI-compatible proxy (services/explorer/serve/)
+    "colocate": ("trainer", "explorer"),  # one copy of the weights between them (docs/colocate.md)
 }
 LABEL_WIDTH = 12  # the [name] column of the runner's and its children's output lines
 
@@ -77,7 +78,7 @@ def takes_turns(cfg: TrinityConfig) -> bool:
     for a second thread to pay."""
     sync = cfg.synchronizer
     return (
-        cfg.mode == "both"
+        cfg.mode in ("both", "colocate")
         and sync.sync_interval == 1
         and sync.sync_offset == 0
         and sync.sync_style == "fixed"

@@ -57,6 +57,7 @@ from services.common.health import wait_healthy
 from services.common.logging import LOG_FILE_ENV
 from services.common.parent_watch import LABEL_ENV, SIBLINGS_ENV, stop_order, write_siblings
 from services.common.procs import listening
+from services.synchronizer.transfer.shared import remove_run_shares
 
 
 @dataclass
@@ -210,6 +211,8 @@ class StageRunner:
             entry["wall_s"] = round(entry.get("wall_s", 0.0) + time.monotonic() - started, 1)
             save()
             await self.stop_all()
+            if self.cfg.mode == "colocate":  # the trainer shares its weights anew whenever it starts
+                remove_run_shares(self.cfg.run_dir)
 
     async def bench(self, when: str) -> dict[str, float]:
         """Score the eval tasksets with an explorer in bench mode (starting weights, or the latest checkpoint)."""

@@ -126,10 +126,10 @@ def build_parts(
 
 
 async def connect_weight_sync(cfg: TrinityConfig, pool: Any) -> tuple[WeightSync, Any]:
-    """(weight sync, synchronizer client or None): the synchronizer only in mode both."""
+    """(weight sync, synchronizer client or None): the synchronizer only in modes both and colocate."""
     from services.explorer.weight_sync import EngineWeights, ServiceWeightSync
 
-    if cfg.mode != "both":
+    if cfg.mode not in ("both", "colocate"):
         return NullWeightSync(EngineWeights(pool)), None
     from services.synchronizer.client import SynchronizerClient
     from services.synchronizer.weights import WeightReceiver
@@ -137,7 +137,12 @@ async def connect_weight_sync(cfg: TrinityConfig, pool: Any) -> tuple[WeightSync
     client = await SynchronizerClient.connect(cfg.services.synchronizer.address, services_cfg=cfg.services)
     registration = await client.register(cfg.explorer.name, "explorer")
     client.start_heartbeat()
-    return ServiceWeightSync(pool, client, WeightReceiver(client, cfg), registration.plan), client
+    receiver = WeightReceiver(client, cfg)
+    if cfg.mode == "colocate":  # the engine maps the trainer's parameters (colocate.py)
+        from services.explorer.colocate import SharedWeightSync
+
+        return SharedWeightSync(pool, client, receiver, registration.plan), client
+    return ServiceWeightSync(pool, client, receiver, registration.plan), client
 
 
 async def run_mode(cfg: TrinityConfig, explorer: Any) -> None:

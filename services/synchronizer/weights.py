@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from services.common import errors
 from services.common.logging import get_logger
 from services.synchronizer.client import SynchronizerClient
-from services.synchronizer.ledger import Version
+from services.synchronizer.ledger import FileEntry, Version
 from trinity_grpc.synchronizer.v1 import synchronizer_pb2 as pb
 
 if TYPE_CHECKING:
@@ -55,6 +56,9 @@ class WeightPublisher:
         self.cfg = cfg.synchronizer
         self.run_dir = cfg.run_dir
         self.master_address = master_address or self.cfg.master_address or cfg.services.trainer.host
+        self.colocated = self.cfg.in_place
+        """mode colocate: the explorer maps the trainer's parameters (transfer/shared.py); a publish
+        only names the shared directory, nothing is written or sent."""
 
     async def publish(
         self,
@@ -66,6 +70,16 @@ class WeightPublisher:
         if self.cfg.method == "checkpoint":
             return await self._publish_checkpoint(state_dict, step, config)
         return await self._publish_broadcast(state_dict, step)
+
+    async def publish_in_place(self, step: int, directory: str) -> Version:
+        """mode colocate: version `step` is the weights in the shared `directory` (transfer/shared.py);
+        the explorer learns the directory from the version, as it would a checkpoint's."""
+        from services.synchronizer.transfer import shared
+
+        manifest = os.path.join(directory, shared.MANIFEST)
+        files = (FileEntry(shared.MANIFEST, await asyncio.to_thread(os.path.getsize, manifest)),)
+        version, _ = await self.client.publish_version(step, directory, files)
+        return version
 
     async def _publish_checkpoint(
         self, state_dict: Mapping[str, torch.Tensor], step: int, config: Mapping[str, object] | None

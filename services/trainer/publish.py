@@ -47,6 +47,10 @@ class SynchronizerSink:
         return True
 
     async def _publish(self, step: int, engine: Any) -> None:
+        if self.publisher.colocated:  # mode colocate: the explorer maps these very parameters
+            await self.publisher.publish_in_place(step, engine.shared_directory)
+            self.latest_version = step
+            return
         state = await asyncio.to_thread(engine.full_model_state)  # a collective under FSDP
         model = engine.model
         config = model.config.to_dict() if hasattr(model, "config") else None

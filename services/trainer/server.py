@@ -67,7 +67,7 @@ def publishes(cfg: TrinityConfig) -> bool:
     sync = cfg.synchronizer
     serve_styles = ("dynamic_by_trainer", "fully_async")
     serve_plan = sync.method == "checkpoint" and sync.normalized_style in serve_styles
-    return cfg.mode == "both" or (cfg.mode == "train" and serve_plan)
+    return cfg.mode in ("both", "colocate") or (cfg.mode == "train" and serve_plan)
 
 
 async def make_sink(cfg: TrinityConfig) -> Any:
@@ -134,6 +134,10 @@ async def serve(cfg: TrinityConfig) -> None:
     try:
         built = await asyncio.to_thread(build_engine, cfg, dist=ctx)
         engine = LeaderEngine(built.engine, ctx) if ctx is not None else built.engine
+        if cfg.mode == "colocate":  # the explorer's engine maps these parameters (colocate.py)
+            from services.trainer.colocate import share_policy
+
+            engine = await asyncio.to_thread(share_policy, built.engine, cfg.run_dir)
         async with await BufferClient.connect(
             cfg.services.buffer.address, services_cfg=cfg.services
         ) as buffer:

@@ -11,6 +11,7 @@ from services.common.config.algorithm import AlgorithmConfig
 from services.common.config.base import Section
 from services.common.config.buffer import BufferConfig
 from services.common.config.cod import CodConfig
+from services.common.config.colocate import colocate_problem
 from services.common.config.explorer import ExplorerConfig
 from services.common.config.model import ModelConfig
 from services.common.config.monitor import (
@@ -25,7 +26,7 @@ from services.common.config.synchronizer import SynchronizerConfig
 from services.common.config.trainer import TrainerConfig
 from services.common.config.verl import mapped_settings
 
-Mode = Literal["both", "train", "explore", "bench", "serve"]
+Mode = Literal["both", "train", "explore", "bench", "serve", "colocate"]
 
 
 class StageConfig(Section):
@@ -72,7 +73,8 @@ class TrinityConfig(Section):
     mode: Mode = "both"
     """both: train and explore; train; explore; bench: evaluate checkpoints; serve: the explorer is an
     OpenAI-compatible proxy whose traffic, with the agents' rewards, fills the experience buffer for a
-    `train` run (docs/serve.md)."""
+    `train` run (docs/serve.md); colocate: train and explore as in both, holding one copy of the
+    weights between them (docs/colocate.md)."""
     checkpoint_root_dir: str = "./runs"
     """Root of checkpoints, buffers, logs and TensorBoard files."""
     continue_from_checkpoint: bool = True
@@ -170,6 +172,16 @@ class TrinityConfig(Section):
                 "mode serve with synchronizer.max_staleness: the proxy never holds an agent's request for "
                 "weights; remove max_staleness (the trainer reads what the agents committed)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _colocate_fits(self) -> TrinityConfig:
+        if self.mode != "colocate":
+            return self
+        problem = colocate_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        self.synchronizer._in_place = True
         return self
 
     @model_validator(mode="after")

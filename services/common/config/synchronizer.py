@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from services.common.config.base import Section
 
@@ -102,10 +102,21 @@ class SynchronizerConfig(Section):
             return self.explorer_sync_interval or self.sync_interval
         return self.sync_interval
 
+    _in_place: bool = PrivateAttr(default=False)  # set by TrinityConfig for mode colocate
+
     @property
     def method(self) -> Literal["nccl", "checkpoint"]:
-        """sync_method with Trinity's other names resolved: nccl or checkpoint."""
+        """sync_method with Trinity's other names resolved: nccl or checkpoint. In mode colocate
+        checkpoint, whatever was given: versions name a directory (the shared weights') and the
+        synchronizer hands out the latest, as it does checkpoints; no tensor travels (in_place)."""
+        if self._in_place:
+            return "checkpoint"
         return "checkpoint" if self.sync_method in ("checkpoint", "offline") else "nccl"
+
+    @property
+    def in_place(self) -> bool:
+        """mode colocate: trainer and explorer map one copy of the weights (transfer/shared.py)."""
+        return self._in_place
 
     @property
     def normalized_style(self) -> str:

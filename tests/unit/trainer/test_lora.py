@@ -181,6 +181,8 @@ async def test_publication_sends_the_merged_weights_under_base_names(tmp_path: p
     got: dict[str, Any] = {}
 
     class Publisher:
+        colocated = False
+
         async def publish(self, state_dict, step, *, config=None):
             got.update(state=state_dict, step=step, config=config)
 

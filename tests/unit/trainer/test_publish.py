@@ -28,6 +28,7 @@ class FakeSync:
 @dataclass
 class FakePublisher:
     published: list[tuple[int, int, str]] = field(default_factory=list)
+    colocated: bool = False
 
     async def publish(self, state_dict, step, *, config=None):
         self.published.append((step, len(state_dict), config["model_type"]))

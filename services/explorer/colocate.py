@@ -1,0 +1,91 @@
+"""The explorer's side of mode colocate: its engine maps the trainer's parameters (transfer/shared.py).
+
+The first version the synchronizer names is "loaded" by pointing the engine's parameters at the
+trainer's shared files, in the directory the version names (its own copy is then freed); later
+versions load nothing, since the trainer's optimizer already wrote them where the engine reads.
+What this class adds to the plan is the weights lock: held shared from the moment a step's weights
+are settled until the explorer next asks the synchronizer, so the trainer's update (which holds it
+exclusively) never lands while a step or an evaluation generates. The version the explorer reports
+for its rows is the one the trainer wrote beside the weights under that lock, so a row's version
+is the weights' even when a restarted explorer got there after the trainer had moved on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from services.common.logging import get_logger
+from services.explorer.engines.base import EnginePool
+from services.explorer.weight_sync import ServiceWeightSync
+from services.synchronizer import plan as P
+from services.synchronizer.transfer import shared
+
+log = get_logger("explorer.colocate")
+
+
+class SharedWeightSync(ServiceWeightSync):
+    """ServiceWeightSync for mode colocate (see the module docstring)."""
+
+    def __init__(self, pool: EnginePool, client: Any, receiver: Any, plan: P.Plan | None = None) -> None:
+        super().__init__(pool, client, receiver, plan)
+        self.partial = False  # weights change only between steps, under the lock
+        self.directory: str | None = None  # set by the first version loaded
+        self.shared_lock: shared.WeightsLock | None = None
+
+    async def before_step(self, step: int) -> int | None:
+        """Let the trainer update while the synchronizer holds us; take the lock back before the step."""
+        if self.shared_lock is not None:
+            await asyncio.to_thread(self.shared_lock.release)
+        loaded = await super().before_step(step)
+        if self.shared_lock is None or self.directory is None:
+            return loaded  # still on the engine's own weights (version 0)
+        await asyncio.to_thread(self.shared_lock.acquire, False)
+        written = shared.read_version(self.directory)
+        held = loaded if loaded is not None else self.client.held
+        if written is not None and written != held:
+            log.warning("shared_weights_newer", step=step, ledger_version=held, weights_version=written)
+            for engine in self.pool.engines:
+                engine.engine.model_version = written
+            return written
+        return loaded
+
+    async def _load(self, step: int, version: Any, *, mid_batch: bool = False) -> int:
+        """Attach to the shared weights (the first time) and report the sync; no tensor moves."""
+        number, directory = int(version.version), str(version.checkpoint_path)
+        async with self.lock:
+            if directory != self.directory:
+                await self._attach(directory, number)
+            else:
+                for engine in self.pool.engines:
+                    await engine.update_weights_async(lambda e: None, number)
+        await self.client.report_sync(number, True)
+        self.last_sync_step = step - 1
+        return number
+
+    async def _attach(self, directory: str, number: int) -> None:
+        lock = shared.WeightsLock(directory)
+        await asyncio.to_thread(lock.acquire, False)
+        try:
+            size = 0
+            for engine in self.pool.engines:
+                size += await engine.update_weights_async(
+                    lambda e: shared.attach_parameters(e.model, directory),  # type: ignore[attr-defined]
+                    number,
+                )
+        except Exception as exc:
+            await self.client.report_sync(
+                number, False, f"attaching {directory}: {type(exc).__name__}: {exc}"
+            )
+            raise
+        finally:
+            await asyncio.to_thread(lock.release)
+        if self.shared_lock is not None:
+            self.shared_lock.close()
+        self.directory, self.shared_lock = directory, lock
+        log.info("weights_attached", directory=directory, mib=round(size / 2**20, 1), version=number)
+
+    async def leave(self) -> None:
+        await super().leave()
+        if self.shared_lock is not None:
+            await asyncio.to_thread(self.shared_lock.release)
