@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from services.common.config.model import ModelConfig
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.errors import FailedPrecondition
 from services.common.experience import ChatMessage, Experience
 from services.common.http_json import call_json
-from services.explorer.model_wrapper import _IGNORED_KEYS, _SAMPLING_KEYS
+from services.explorer.rollout_args import check_rollout_args
 
 FIELD = "model.external_model"
 
@@ -73,12 +73,7 @@ class ExternalChatModel:
 
     def sampling(self, **kwargs: Any) -> dict[str, Any]:
         """Rollout args -> the request's sampling fields (unknown keys are an error, as in ModelWrapper)."""
-        unknown = set(kwargs) - _SAMPLING_KEYS - _IGNORED_KEYS
-        if unknown:
-            raise InvalidArgument(
-                f"unknown rollout args {sorted(unknown)}; allowed: {sorted(_SAMPLING_KEYS)}",
-                field="rollout_args",
-            )
+        check_rollout_args(kwargs)
         asked = kwargs.get("max_tokens") or kwargs.get("max_completion_tokens") or self.max_response_tokens
         body: dict[str, Any] = {
             "n": int(kwargs.get("n") or 1),

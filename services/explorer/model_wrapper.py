@@ -28,18 +28,8 @@ from services.explorer.prompt_fit import (
     PromptPlan,
     masked_arrays,
 )
+from services.explorer.rollout_args import SAMPLING_KEYS, check_rollout_args
 from services.explorer.text import decode_responses, encode_plain
-
-_SAMPLING_KEYS = {"n", "temperature", "top_p", "top_k", "max_tokens", "min_tokens"}
-_IGNORED_KEYS = {
-    "logprobs",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "max_completion_tokens",
-}
 
 
 def plain_chat_format(messages: list[dict[str, Any]]) -> str:
@@ -115,15 +105,10 @@ class ModelWrapper:
 
     def sampling_params(self, **kwargs: Any) -> SamplingParams:
         """Trinity/vLLM-style rollout args -> SamplingParams (unknown keys are an error)."""
-        unknown = set(kwargs) - _SAMPLING_KEYS - _IGNORED_KEYS
-        if unknown:
-            raise InvalidArgument(
-                f"unknown rollout args {sorted(unknown)}; allowed: {sorted(_SAMPLING_KEYS)}",
-                field="rollout_args",
-            )
+        check_rollout_args(kwargs)
         if kwargs.get("max_tokens") is None and kwargs.get("max_completion_tokens") is not None:
             kwargs["max_tokens"] = kwargs["max_completion_tokens"]
-        args = {k: v for k, v in kwargs.items() if k in _SAMPLING_KEYS and v is not None}
+        args = {k: v for k, v in kwargs.items() if k in SAMPLING_KEYS and v is not None}
         args.setdefault("max_tokens", self.max_response_tokens)
         args.setdefault("min_tokens", self.min_response_tokens)
         args["max_tokens"] = min(int(args["max_tokens"]), self.max_response_tokens)
