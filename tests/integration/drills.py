@@ -131,3 +131,20 @@ def finish(proc: subprocess.Popen, log: pathlib.Path, timeout: float) -> str:
     out = log.read_text()
     assert code == 0, out[-4000:]
     return out
+
+
+def run_with_trainer_killed(
+    config: pathlib.Path, run_dir: pathlib.Path, save_interval: int, min_steps: int, log: pathlib.Path
+) -> str:
+    """`trinity run` of `config` with its trainer SIGKILLed past a checkpoint (as above) until the
+    run ends; returns its output. Whatever happens, no process of the run is left behind."""
+    proc: subprocess.Popen | None = None
+    try:
+        proc = start_run(config, log)
+        kill_trainer_past_a_checkpoint(run_dir, save_interval, min_steps, proc, 240)
+        return finish(proc, log, timeout=400)
+    finally:
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        kill_all(str(run_dir))

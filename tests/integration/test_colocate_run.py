@@ -7,17 +7,13 @@ the one that trained it. The shared files are gone when the run ends."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import pathlib
-import signal
-import subprocess
 
 import pytest
 
 from services.synchronizer.transfer.shared import disk_dir, shm_dir
-from tests.integration.drills import finish, kill_all, kill_trainer_past_a_checkpoint, start_run
+from tests.integration.drills import run_with_trainer_killed
 from tests.integration.runs import stages, trinity_run, write_run_config
 from tests.integration.test_fully_async_run import async_config
 
@@ -84,17 +80,7 @@ def test_a_trainer_killed_in_a_colocate_run_shares_its_checkpoint_again(tmp_path
     cfg["trainer"] = {"save_interval": 4}
     config = write_run_config(cfg, tmp_path / "config.yaml")
     run_dir = tmp_path / "runs" / "fa" / "run"
-    log = tmp_path / "run.log"
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        proc = start_run(config, log)
-        kill_trainer_past_a_checkpoint(run_dir, 4, 5, proc, 240)
-        out = finish(proc, log, timeout=400)
-    finally:
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        kill_all(str(run_dir))
+    out = run_with_trainer_killed(config, run_dir, 4, 5, tmp_path / "run.log")
     assert "trainer exited with code -9; restarting it" in out
     logs = run_dir / "logs"
     shared = events(logs / "trainer.log", "weights_shared")

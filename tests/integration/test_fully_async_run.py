@@ -7,27 +7,15 @@ sync styles with stand-in processes: tests/integration/test_sync_styles.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import pathlib
-import signal
-import subprocess
 from typing import Any
 
 import pytest
 import yaml
 
 from services.tasks.arith import ArithSpec, generate, write_jsonl
-from tests.integration.drills import (
-    events,
-    finish,
-    in_weights,
-    kill_all,
-    kill_trainer_past_a_checkpoint,
-    progress,
-    start_run,
-)
+from tests.integration.drills import events, in_weights, progress, run_with_trainer_killed
 from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 
 pytestmark = pytest.mark.slow
@@ -97,18 +85,8 @@ def test_a_trainer_killed_in_a_fully_async_run_loses_nothing_uncounted(tmp_path:
     config = tmp_path / "async.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     run_dir = tmp_path / "runs" / "fa" / "run"
-    log = tmp_path / "run.log"
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        proc = start_run(config, log)
-        # past a checkpoint (save_interval 4), never on one, so its last steps are lost with it
-        kill_trainer_past_a_checkpoint(run_dir, 4, 5, proc, 240)
-        out = finish(proc, log, timeout=400)
-    finally:
-        if proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        kill_all(str(run_dir))
+    # past a checkpoint (save_interval 4), never on one, so its last steps are lost with it
+    out = run_with_trainer_killed(config, run_dir, 4, 5, tmp_path / "run.log")
     assert "trainer exited with code -9; restarting it" in out
     rows = progress(run_dir)
     live, lost = in_weights(rows, events(run_dir))
