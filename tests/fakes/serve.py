@@ -48,3 +48,13 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode())
+
+
+class RecordingBuffer:
+    """An experience buffer client that keeps what it is given: (buffer, idempotency key, rows)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, int]] = []
+
+    async def write(self, buffer: str, rows: list[Any], *, idempotency_key: str, writer_id: str) -> None:
+        self.writes.append((buffer, idempotency_key, len(rows)))

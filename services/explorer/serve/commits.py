@@ -72,6 +72,9 @@ class Commits:
         return done
 
     async def _write(self, key: str) -> None:
+        # a commit's write and the sweep's flush may both hold a key: whichever comes second skips it
+        if await self.history.run(F.group_written, key):
+            return
         rows = await self.history.run(F.group_experiences, key, self.producer)
         for part, start in enumerate(range(0, len(rows), self.chunk)):
             await self.buffer.write(
