@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli import stages as st
-from services.cli.counts import record_counts
+from services.cli.counts import record_counts, record_serve_counts
 from services.cli.curve import learning_curve
 from services.cli.prepare import (
     INFRA,
@@ -209,6 +209,8 @@ class StageRunner:
             return 1
         finally:
             entry["wall_s"] = round(entry.get("wall_s", 0.0) + time.monotonic() - started, 1)
+            if self.cfg.mode == "serve" and entry["status"] != "complete" and "buffer" in self.children:
+                await record_serve_counts(self.cfg, entry, self.stop)  # ended by Ctrl-C
             save()
             await self.stop_all()
             if self.cfg.mode == "colocate":  # the trainer shares its weights anew whenever it starts
