@@ -1,5 +1,6 @@
 """Writing committed groups to the buffer over a real SQLite history: a commit's write and the
-sweep's flush that both hold a group write it once and count it once."""
+sweep's flush that both hold a group write it once and count it once; a commit that completes no
+group answers without waiting for the writes of others."""
 
 from __future__ import annotations
 
@@ -33,5 +34,19 @@ async def test_a_group_held_by_a_commit_and_the_sweep_is_written_and_counted_onc
         assert counters["groups_written"] == 1 and counters["experiences_written"] == 2
         history.call(F.mark_written, "t#0")  # a late mark of a written group counts nothing
         assert history.call(F.stats)["counters"]["experiences_written"] == 2
+    finally:
+        history.close()
+
+
+async def test_a_commit_that_completes_no_group_does_not_wait_for_other_groups_writes(
+    tmp_path: pathlib.Path,
+) -> None:
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    commits = Commits(
+        history, RecordingBuffer(), buffer_name="exp", producer="p", group_size=2, ttl_s=60, chunk=64
+    )
+    try:
+        async with commits._write_lock:  # a slow group write (the buffer restarting) holds the lock
+            assert await asyncio.wait_for(commits.write_groups([]), 1.0) == set()
     finally:
         history.close()
