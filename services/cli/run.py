@@ -50,7 +50,7 @@ from services.cli.prepare import (
     takes_turns,
     write_resolved_config,
 )
-from services.cli.progress import ProgressReporter, render_line, should_forward
+from services.cli.progress import ProgressReporter, pump
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import TrinityError
 from services.common.health import wait_healthy
@@ -145,12 +145,7 @@ class StageRunner:
     async def _pump(self, child: Child) -> None:
         assert child.proc.stdout is not None
         prefix = f"[{child.name:<{LABEL_WIDTH}}] "
-        async for raw in child.proc.stdout:
-            child.log_file.write(raw)
-            line = raw.decode(errors="replace").rstrip()
-            child.tail = (child.tail + [line])[-20:]
-            if should_forward(line, self.verbose):
-                print(prefix + render_line(line), flush=True)
+        await pump(child.proc.stdout, child.log_file, prefix, child.tail, verbose=self.verbose)
 
     async def stop(self, label: str) -> None:
         child = self.children.pop(label, None)
