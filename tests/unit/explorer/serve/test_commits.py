@@ -1,6 +1,6 @@
 """Writing committed groups to the buffer over a real SQLite history: a commit's write and the
-sweep's flush that both hold a group write it once and count it once; a commit that completes no
-group answers without waiting for the writes of others."""
+sweep's flush that both hold a group write it once and count it once; a commit waits for the write
+of its own group, never for others'."""
 
 from __future__ import annotations
 
@@ -38,15 +38,21 @@ async def test_a_group_held_by_a_commit_and_the_sweep_is_written_and_counted_onc
         history.close()
 
 
-async def test_a_commit_that_completes_no_group_does_not_wait_for_other_groups_writes(
-    tmp_path: pathlib.Path,
-) -> None:
+async def test_a_commit_waits_for_its_own_group_only(tmp_path: pathlib.Path) -> None:
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
-    commits = Commits(
-        history, RecordingBuffer(), buffer_name="exp", producer="p", group_size=2, ttl_s=60, chunk=64
-    )
+    buffer = RecordingBuffer(held=(":slow#0:",))  # the buffer is slow to take group slow#0
+    commits = Commits(history, buffer, buffer_name="exp", producer="p", group_size=1, ttl_s=60, chunk=64)
     try:
-        async with commits._write_lock:  # a slow group write (the buffer restarting) holds the lock
-            assert await asyncio.wait_for(commits.write_groups([]), 1.0) == set()
+        for task in ("slow", "fast"):
+            session(history, task, f"r-{task}")
+            feedback(history, {"session_id": task, "reward": 1.0, "task_id": task})
+        slow = asyncio.create_task(commits.commit({"session_id": "slow"}))
+        await asyncio.sleep(0.2)
+        fast = await asyncio.wait_for(commits.commit({"session_id": "fast"}), 5.0)
+        assert fast["committed"][0]["group_state"] == "written" and not slow.done()
+        assert await asyncio.wait_for(commits.write_groups([]), 1.0) == set()  # no group: no wait
+        buffer.release.set()
+        assert (await slow)["committed"][0]["group_state"] == "written"
+        assert [key for _, key, _ in buffer.writes] == ["serve:p:fast#0:part0", "serve:p:slow#0:part0"]
     finally:
         history.close()
