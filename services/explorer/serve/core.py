@@ -14,6 +14,7 @@ not a second chain that would carry the session's reward for a reply it never sa
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ def session_turns(conn: sa.Connection, sid: str) -> list[Turn]:
     return H.load_turns(conn, sid)
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def lookup(
     conn: sa.Connection, session_id: str | None, rid: str, key: str | None, text: str
 ) -> tuple[list[Turn], list[Turn] | None]:
@@ -85,7 +90,7 @@ def lookup(
     if key is not None:
         row = conn.execute(sa.select(H.REQUEST_KEYS).where(H.REQUEST_KEYS.c.key == key)).first()
         if row is not None:
-            if (session_id or row.response_id) != row.session_id or text != row.context_text:
+            if (session_id or row.response_id) != row.session_id or _sha256(text) != row.context_sha256:
                 raise ApiError(
                     409,
                     f"{IDEMPOTENCY_HEADER} {key!r} was sent with another request (session {row.session_id!r}): "
@@ -122,7 +127,10 @@ def record_turns(
         first = turns[0]
         conn.execute(
             sa.insert(H.REQUEST_KEYS).values(
-                key=key, session_id=sid, response_id=first.response_id, context_text=first.context_text
+                key=key,
+                session_id=sid,
+                response_id=first.response_id,
+                context_sha256=_sha256(first.context_text),
             )
         )
     H.bump(conn, "completions")

@@ -89,7 +89,7 @@ REQUEST_KEYS = sa.Table(
     sa.Column("key", sa.String, primary_key=True),
     sa.Column("session_id", sa.String, nullable=False),
     sa.Column("response_id", sa.String, nullable=False),
-    sa.Column("context_text", sa.Text, nullable=False),  # the request's rendered conversation
+    sa.Column("context_sha256", sa.String, nullable=False),  # of the request's rendered conversation
 )
 COUNTERS = sa.Table(
     "counters",
