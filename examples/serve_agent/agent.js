@@ -14,6 +14,7 @@
 // Prints one JSON line per step and per evaluation; --out appends the evaluations as eval records
 // ({"time", "step", "model_version", "scores"}) for summary.json and `trinity plot`.
 'use strict';
+const { randomUUID } = require('crypto');
 const fs = require('fs');
 const path = require('path');
 const { default: OpenAI } = require('openai');
@@ -82,9 +83,12 @@ class Agent {
   async episode(row, sessionId, temperature) {
     const versions = [];
     const ask = async (messages) => {
+      // one key per request, reused by the SDK's retries: a retry whose answer was lost (a timeout,
+      // the proxy restarting) gets the recorded response instead of a second sample
+      const headers = { 'X-Session-Id': sessionId, 'Idempotency-Key': `${sessionId}-${randomUUID()}` };
       const reply = await this.client.chat.completions.create(
         { model: 'policy', messages, temperature, max_tokens: this.opts.maxTokens },
-        { headers: { 'X-Session-Id': sessionId } },
+        { headers },
       );
       versions.push(reply.model_version || 0); // every response names the version that generated it
       this.version = Math.max(this.version, reply.model_version || 0);

@@ -6,8 +6,11 @@ the console. Every line still goes to <run dir>/logs/<service>.log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sys
 import time
+from collections.abc import AsyncIterable
 from typing import Any
 
 from services.cli.stages import main_first
@@ -69,6 +72,31 @@ def render_line(line: str) -> str:
     fields = " ".join(f"{k}={_short(v)}" for k, v in record.items() if k not in _HIDDEN_KEYS)
     text = f"{record.get('event', '')} {fields}".rstrip()
     return text if level == "info" else f"{level.upper()} {text}"
+
+
+async def pump(
+    lines: AsyncIterable[bytes], log_file: Any, prefix: str, tail: list[str], *, verbose: bool
+) -> None:
+    """Copy a child's output lines to its log file, keep the last 20 in `tail`, and print the ones
+    should_forward keeps, until the child closes its output. A line that cannot be written (a full
+    disk) is dropped, said once on stderr: the pipe is drained all the same, else the child would
+    block on its next write and the whole run with it."""
+    said = False
+    async for raw in lines:
+        line = raw.decode(errors="replace").rstrip()
+        tail[:] = (tail + [line])[-20:]
+        try:
+            log_file.write(raw)
+            if should_forward(line, verbose):
+                print(prefix + render_line(line), flush=True)
+        except OSError as exc:
+            if not said:
+                said = True
+                with contextlib.suppress(OSError):
+                    print(
+                        f"{prefix}its output cannot be written ({exc}); dropping it meanwhile",
+                        file=sys.stderr,
+                    )
 
 
 def _short(value: object) -> str:

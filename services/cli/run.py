@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli import stages as st
-from services.cli.counts import record_counts
+from services.cli.counts import record_counts, record_serve_counts
 from services.cli.curve import learning_curve
 from services.cli.prepare import (
     INFRA,
@@ -50,7 +50,7 @@ from services.cli.prepare import (
     takes_turns,
     write_resolved_config,
 )
-from services.cli.progress import ProgressReporter, render_line, should_forward
+from services.cli.progress import ProgressReporter, pump
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import TrinityError
 from services.common.health import wait_healthy
@@ -145,12 +145,7 @@ class StageRunner:
     async def _pump(self, child: Child) -> None:
         assert child.proc.stdout is not None
         prefix = f"[{child.name:<{LABEL_WIDTH}}] "
-        async for raw in child.proc.stdout:
-            child.log_file.write(raw)
-            line = raw.decode(errors="replace").rstrip()
-            child.tail = (child.tail + [line])[-20:]
-            if should_forward(line, self.verbose):
-                print(prefix + render_line(line), flush=True)
+        await pump(child.proc.stdout, child.log_file, prefix, child.tail, verbose=self.verbose)
 
     async def stop(self, label: str) -> None:
         child = self.children.pop(label, None)
@@ -209,6 +204,8 @@ class StageRunner:
             return 1
         finally:
             entry["wall_s"] = round(entry.get("wall_s", 0.0) + time.monotonic() - started, 1)
+            if self.cfg.mode == "serve" and entry["status"] != "complete" and "buffer" in self.children:
+                await record_serve_counts(self.cfg, entry, self.stop)  # ended by Ctrl-C
             save()
             await self.stop_all()
             if self.cfg.mode == "colocate":  # the trainer shares its weights anew whenever it starts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from services.synchronizer.client import Decision
@@ -48,3 +49,18 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode())
+
+
+class RecordingBuffer:
+    """An experience buffer client that keeps what it is given: (buffer, idempotency key, rows).
+    A write whose key contains one of `held` waits until `release` is set."""
+
+    def __init__(self, held: tuple[str, ...] = ()) -> None:
+        self.writes: list[tuple[str, str, int]] = []
+        self.held = held
+        self.release = asyncio.Event()
+
+    async def write(self, buffer: str, rows: list[Any], *, idempotency_key: str, writer_id: str) -> None:
+        if any(h in idempotency_key for h in self.held):
+            await self.release.wait()
+        self.writes.append((buffer, idempotency_key, len(rows)))

@@ -22,6 +22,7 @@ from services.common.security import tokens_match
 from services.explorer.serve.commits import Commits
 from services.explorer.serve.core import ServeCore
 from services.explorer.serve.protocol import (
+    IDEMPOTENCY_HEADER,
     SESSION_HEADER,
     ApiError,
     Limits,
@@ -90,14 +91,20 @@ def make_app(
 
     async def completions(request: web.Request, chat: bool) -> web.StreamResponse:
         body = await body_of(request)
-        parsed = parse_request(body, limits, chat=chat, session_header=request.headers.get(SESSION_HEADER))
-        core.admit()
+        parsed = parse_request(
+            body,
+            limits,
+            chat=chat,
+            session_header=request.headers.get(SESSION_HEADER),
+            idempotency_header=request.headers.get(IDEMPOTENCY_HEADER),
+        )
+        core.admit(parsed.idempotency_key)
         try:
             if parsed.stream:
                 return await stream_completion(core, parsed, request)
             done = await core.complete(parsed)
         finally:
-            core.release()
+            core.release(parsed.idempotency_key)
         headers = {
             "X-Model-Version": str(done.version),
             SESSION_HEADER: parsed.session_id or done.response_id,

@@ -44,7 +44,7 @@ class Commits:
         self.ttl_s = ttl_s
         self.chunk = max(1, chunk)
         self.trained = trained  # (temperature, top_p, top_k) the trainer takes logprobs under
-        self._write_lock = asyncio.Lock()
+        self._writing: dict[str, asyncio.Future[None]] = {}  # group key -> its write under way
 
     async def feedback(self, body: Any) -> dict[str, Any]:
         return await self.history.run(F.apply_feedback, F.parse_feedback(body), time.time())
@@ -59,19 +59,30 @@ class Commits:
         return reply
 
     async def write_groups(self, keys: list[str]) -> set[str]:
-        """Write each group; returns the keys now in the buffer (others stay pending, retried)."""
-        done = set()
-        async with self._write_lock:
-            for key in keys:
-                try:
-                    await self._write(key)
-                except TrinityError as exc:
-                    log.warning("serve_group_write_deferred", group=key, error=str(exc))
-                    continue
-                done.add(key)
+        """Write each group; returns the keys now in the buffer (others stay pending, retried).
+        Different groups are written at once (a commit waits for its own group only); a group whose
+        write is under way (a commit's write and the sweep's flush) is awaited, not written again."""
+        done: set[str] = set()
+        for key in keys:
+            try:
+                await self._write_once(key)
+            except TrinityError as exc:
+                log.warning("serve_group_write_deferred", group=key, error=str(exc))
+                continue
+            done.add(key)
         return done
 
+    def _write_once(self, key: str) -> asyncio.Future[None]:
+        running = self._writing.get(key)
+        if running is None:
+            running = self._writing[key] = asyncio.ensure_future(self._write(key))
+            running.add_done_callback(lambda _done: self._writing.pop(key, None))
+        return asyncio.shield(running)  # a caller that goes away does not stop the write
+
     async def _write(self, key: str) -> None:
+        # a sweep that found the group pending before a commit's write of it ended: nothing to do
+        if await self.history.run(F.group_written, key):
+            return
         rows = await self.history.run(F.group_experiences, key, self.producer)
         for part, start in enumerate(range(0, len(rows), self.chunk)):
             await self.buffer.write(

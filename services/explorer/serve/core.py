@@ -5,10 +5,16 @@ tools, enable_thinking, chat_template_kwargs), linked to its session's turns (ch
 against model.max_prompt_tokens, generated on one engine under one version (gate.py), recorded in
 the history (history.py), then answered. Everything that can refuse a request does so before
 the history changes; the history changes before the answer leaves.
+
+A request with an `Idempotency-Key` header that the history already knows is answered with the
+response recorded for it (same id, text, version), not sampled again: an agent that retries after
+its answer was lost (the proxy killed between the record and the answer, a timeout) gets one turn,
+not a second chain that would carry the session's reward for a reply it never saw.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,7 +29,7 @@ from services.explorer.openai_server import reply_message, template_messages
 from services.explorer.serve import history as H
 from services.explorer.serve.chains import Turn, link
 from services.explorer.serve.gate import EngineGate, pick
-from services.explorer.serve.protocol import ApiError, Choice, CompletionRequest
+from services.explorer.serve.protocol import IDEMPOTENCY_HEADER, ApiError, Choice, CompletionRequest
 from services.explorer.text import encode_plain
 
 
@@ -38,6 +44,10 @@ class Prepared:
     ids: np.ndarray
     parent: str | None
     split: bool
+    key: str | None = None
+    """The request's Idempotency-Key, recorded with its turns."""
+    replay: list[Turn] | None = None
+    """The turns recorded for this Idempotency-Key already: answered again, nothing generated."""
 
 
 @dataclass
@@ -68,7 +78,34 @@ def session_turns(conn: sa.Connection, sid: str) -> list[Turn]:
     return H.load_turns(conn, sid)
 
 
-def record_turns(conn: sa.Connection, sid: str, turns: list[Turn], split: bool, now: float) -> None:
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lookup(
+    conn: sa.Connection, session_id: str | None, rid: str, key: str | None, text: str
+) -> tuple[list[Turn], list[Turn] | None]:
+    """(the turns of the request's open session, the turns already recorded for its Idempotency-Key).
+    A key is bound to the session and the rendered conversation it was first sent with."""
+    if key is not None:
+        row = conn.execute(sa.select(H.REQUEST_KEYS).where(H.REQUEST_KEYS.c.key == key)).first()
+        if row is not None:
+            if (session_id or row.response_id) != row.session_id or _sha256(text) != row.context_sha256:
+                raise ApiError(
+                    409,
+                    f"{IDEMPOTENCY_HEADER} {key!r} was sent with another request (session {row.session_id!r}): "
+                    "a retry must repeat its request as it was; a new request needs a new key",
+                    param=IDEMPOTENCY_HEADER,
+                    code="idempotency_key_reused",
+                )
+            H.bump(conn, "completions_replayed")
+            return [], H.response_turns(conn, row.response_id)
+    return session_turns(conn, session_id or rid), None
+
+
+def record_turns(
+    conn: sa.Connection, sid: str, turns: list[Turn], split: bool, now: float, key: str | None = None
+) -> None:
     row = H.session_row(conn, sid)
     if row is None:
         conn.execute(
@@ -86,6 +123,16 @@ def record_turns(conn: sa.Connection, sid: str, turns: list[Turn], split: bool, 
             .values(last_active=now, splits=row.splits + int(split))
         )
     conn.execute(sa.insert(H.TURNS), [H.turn_row(t) for t in turns])
+    if key is not None:
+        first = turns[0]
+        conn.execute(
+            sa.insert(H.REQUEST_KEYS).values(
+                key=key,
+                session_id=sid,
+                response_id=first.response_id,
+                context_sha256=_sha256(first.context_text),
+            )
+        )
     H.bump(conn, "completions")
     H.bump(conn, "turns_recorded", len(turns))
     H.bump(conn, "splits", int(split))
@@ -110,9 +157,18 @@ class ServeCore:
         self.max_prompt_tokens = max_prompt_tokens
         self.max_concurrent = max_concurrent
         self.in_flight = 0
+        self._keys: set[str] = set()  # the Idempotency-Keys of the requests in flight
 
-    def admit(self) -> None:
-        """Take a slot for one completion or refuse with 429 (explorer.serve.max_concurrent_requests)."""
+    def admit(self, key: str | None = None) -> None:
+        """Take a slot for one completion or refuse with 429 (explorer.serve.max_concurrent_requests);
+        a request whose Idempotency-Key is in flight already is a 409 (retry once that one is done)."""
+        if key is not None and key in self._keys:
+            raise ApiError(
+                409,
+                f"a request with {IDEMPOTENCY_HEADER} {key!r} is being answered; retry when it is done",
+                param=IDEMPOTENCY_HEADER,
+                code="idempotency_key_in_use",
+            )
         if self.in_flight >= self.max_concurrent:
             raise ApiError(
                 429,
@@ -121,9 +177,12 @@ class ServeCore:
                 code="rate_limit_exceeded",
             )
         self.in_flight += 1
+        if key is not None:
+            self._keys.add(key)
 
-    def release(self) -> None:
+    def release(self, key: str | None = None) -> None:
         self.in_flight -= 1
+        self._keys.discard(key or "")
 
     def render(self, request: CompletionRequest) -> str:
         if not request.chat:
@@ -167,14 +226,23 @@ class ServeCore:
         """Everything that can refuse the request, before any generation: render, link, check the prompt."""
         rid = f"{'chatcmpl' if request.chat else 'cmpl'}-{uuid.uuid4().hex}"
         text = self.render(request)
-        sid = request.session_id or rid
-        turns = await self.history.run(session_turns, sid)
+        key = request.idempotency_key
+        turns, replay = await self.history.run(lookup, request.session_id, rid, key, text)
+        if replay:
+            first = replay[0]
+            return Prepared(
+                first.response_id, first.session_id, text, first.prompt_ids, None, False, key, replay
+            )
         ids, parent, split = self.prompt_ids(turns, text)
-        return Prepared(rid, sid, text, ids, parent, split)
+        return Prepared(rid, request.session_id or rid, text, ids, parent, split, key)
 
     async def complete(self, request: CompletionRequest, prepared: Prepared | None = None) -> Completion:
-        """Generate (on the least busy engine, under one version), record, answer."""
+        """Generate (on the least busy engine, under one version), record, answer; or answer again
+        what an Idempotency-Key already recorded."""
         prepared = prepared or await self.prepare(request)
+        if prepared.replay:
+            turns = prepared.replay
+            return self._completion(prepared.response_id, turns[0].version, len(prepared.ids), turns, request)
         gate = pick(self.gates)
         async with gate.serving() as version:
             params = SamplingParams(**request.sampling)
@@ -200,15 +268,20 @@ class ServeCore:
             )
             for i, out in enumerate(outputs)
         ]
-        await self.history.run(record_turns, p.session_id, new_turns, p.split, time.time())
-        choices = [self._choice(turn, request) for turn in new_turns]
-        completion = sum(len(t.response_ids) for t in new_turns)
+        await self.history.run(record_turns, p.session_id, new_turns, p.split, time.time(), p.key)
+        return self._completion(p.response_id, version, len(p.ids), new_turns, request)
+
+    def _completion(
+        self, rid: str, version: int, prompt_tokens: int, turns: list[Turn], request: CompletionRequest
+    ) -> Completion:
+        choices = [self._choice(turn, request) for turn in turns]
+        completion = sum(len(t.response_ids) for t in turns)
         usage = {
-            "prompt_tokens": len(p.ids),
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": completion,
-            "total_tokens": len(p.ids) + completion,
+            "total_tokens": prompt_tokens + completion,
         }
-        return Completion(p.response_id, version, choices, usage)
+        return Completion(rid, version, choices, usage)
 
     def reshapes(self, request: CompletionRequest) -> bool:
         """Whether a chat reply's message may differ from its text (reasoning split off, tool calls

@@ -335,8 +335,16 @@ def group_experiences(conn: sa.Connection, key: str, producer: str) -> list[Expe
     return out
 
 
+def group_written(conn: sa.Connection, key: str) -> bool:
+    state = conn.execute(sa.select(H.GROUPS.c.state).where(H.GROUPS.c.group_key == key)).scalar()
+    return state == "written"
+
+
 def mark_written(conn: sa.Connection, key: str) -> None:
-    conn.execute(sa.update(H.GROUPS).where(H.GROUPS.c.group_key == key).values(state="written"))
+    """Mark a pending group written and count it (a group written already is counted already)."""
+    pending = (H.GROUPS.c.group_key == key) & (H.GROUPS.c.state == "pending")
+    if conn.execute(sa.update(H.GROUPS).where(pending).values(state="written")).rowcount == 0:
+        return
     H.bump(conn, "groups_written")
     rows = conn.execute(sa.select(H.GROUPS.c.rows).where(H.GROUPS.c.group_key == key)).scalar() or 0
     H.bump(conn, "experiences_written", int(rows))

@@ -1,4 +1,5 @@
-"""The proxy's durable record (explorer.db_url, SQLite): sessions, turns, rewards, groups, counters.
+"""The proxy's durable record (explorer.db_url, SQLite): sessions, turns, rewards, groups, request
+keys, counters.
 
 Everything a response or an acknowledgement promised is here before the HTTP answer leaves, so
 a proxy killed and restarted continues sessions, still knows every reward, and writes every
@@ -80,6 +81,16 @@ GROUPS = sa.Table(
     sa.Column("rows", sa.Integer, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )
+# Idempotency-Key of a completion request -> the response recorded for it: a retried request (the
+# answer lost to a crash or a timeout) gets that response again instead of a second sample.
+REQUEST_KEYS = sa.Table(
+    "request_keys",
+    META,
+    sa.Column("key", sa.String, primary_key=True),
+    sa.Column("session_id", sa.String, nullable=False),
+    sa.Column("response_id", sa.String, nullable=False),
+    sa.Column("context_sha256", sa.String, nullable=False),  # of the request's rendered conversation
+)
 COUNTERS = sa.Table(
     "counters",
     META,
@@ -136,6 +147,12 @@ def turn_of(row: Any) -> Turn:
 
 def load_turns(conn: sa.Connection, session_id: str) -> list[Turn]:
     rows = conn.execute(sa.select(TURNS).where(TURNS.c.session_id == session_id).order_by(TURNS.c.seq))
+    return [turn_of(r) for r in rows]
+
+
+def response_turns(conn: sa.Connection, response_id: str) -> list[Turn]:
+    """The turns (choices) of one response, in choice order."""
+    rows = conn.execute(sa.select(TURNS).where(TURNS.c.response_id == response_id).order_by(TURNS.c.seq))
     return [turn_of(r) for r in rows]
 
 

@@ -28,6 +28,8 @@ ERROR_TYPES = {
 }
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 SESSION_HEADER = "X-Session-Id"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 # accepted and without effect on what is generated or recorded
 _INERT = {"user", "metadata", "store", "parallel_tool_calls", "service_tier", "stream_options", "model"}
@@ -99,6 +101,8 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     session_id: str | None = None
+    idempotency_key: str | None = None
+    """The Idempotency-Key header: a retry with the same key gets the response recorded for it."""
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -149,6 +153,14 @@ def session_of(body: dict[str, Any], header: str | None) -> str | None:
     return sid
 
 
+def idempotency_key_of(header: str | None) -> str | None:
+    if header is not None and not _IDEMPOTENCY_KEY.match(header):
+        raise ApiError(
+            400, f"the {IDEMPOTENCY_HEADER} header must be 1-255 printable ASCII characters without spaces"
+        )
+    return header
+
+
 def _check_keys(body: dict[str, Any], allowed: set[str]) -> None:
     for key in body:
         if key in _REFUSED:
@@ -191,7 +203,14 @@ def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     return None if choice == "none" else (tools or None)
 
 
-def parse_request(body: Any, limits: Limits, *, chat: bool, session_header: str | None) -> CompletionRequest:
+def parse_request(
+    body: Any,
+    limits: Limits,
+    *,
+    chat: bool,
+    session_header: str | None,
+    idempotency_header: str | None = None,
+) -> CompletionRequest:
     """Validate a completion request body; raises ApiError (400) naming the parameter."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
@@ -200,6 +219,7 @@ def parse_request(body: Any, limits: Limits, *, chat: bool, session_header: str 
     if not isinstance(model, str) or not model:
         raise ApiError(400, "model is required (any name: the proxy serves one model)", param="model")
     request = CompletionRequest(chat=chat, model=model, session_id=session_of(body, session_header))
+    request.idempotency_key = idempotency_key_of(idempotency_header)
     if chat:
         request.messages = _messages(body)
         request.tools = _tools(body)

@@ -136,7 +136,7 @@ async def stream_completion(
     prepared = await core.prepare(request)
     session = {SESSION_HEADER: request.session_id or prepared.response_id}
     response = web.StreamResponse(headers={**session, **SSE_HEADERS})
-    if core.reshapes(request):
+    if prepared.replay or core.reshapes(request):  # answered again, or sent once complete
         done = await core.complete(request, prepared)
         response.headers["X-Model-Version"] = str(done.version)
         await response.prepare(http)

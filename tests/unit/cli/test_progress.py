@@ -269,3 +269,32 @@ def test_a_line_per_finished_step_and_a_heartbeat_while_a_step_is_long(cfg) -> N
         if reporter.line_for(t, got) is not None
     ]
     assert printed == [5.0, 15.0, 20.0, 50.0, 55.0]
+
+
+# ---- pump ----------------------------------------------------------------------------------------
+
+
+class FullDisk:
+    """A log file on a disk that is full for the first `full` writes, then has room."""
+
+    def __init__(self, full: int) -> None:
+        self.full, self.written = full, b""
+
+    def write(self, data: bytes) -> None:
+        if self.full:
+            self.full -= 1
+            raise OSError(28, "No space left on device")
+        self.written += data
+
+
+async def test_the_pump_drains_a_child_whose_log_cannot_be_written_and_says_so_once(capsys) -> None:
+    async def output():
+        for i in range(30):
+            yield f"line {i}\n".encode()
+
+    log, tail = FullDisk(full=3), []
+    await progress.pump(output(), log, "[buffer] ", tail, verbose=True)
+    assert log.written == b"".join(f"line {i}\n".encode() for i in range(3, 30))  # written once there is room
+    assert tail == [f"line {i}" for i in range(10, 30)]  # every line read: the child never blocks
+    err = capsys.readouterr().err
+    assert err.count("cannot be written") == 1 and "No space left on device" in err
