@@ -110,7 +110,7 @@ class StageRunner:
         # unbuffered: a line the pump took from the child is on disk even if the runner is killed
         log_file = open(log_path, "ab", buffering=0)  # noqa: ASYNC230, SIM115 - closed in stop_all
         args = [arg for item in overrides for arg in ("--set", item)]
-        env = child_env(alone=alone)
+        env = child_env(alone=alone, service=name)
         pin = pin_prefix(label, env)
         proc = await asyncio.create_subprocess_exec(
             *pin,

@@ -56,6 +56,16 @@ def test_children_get_no_progress_bars_unbuffered_output_and_the_rest_of_the_env
     )  # the rest passes through
 
 
+def test_the_trainer_gets_a_fixed_mmap_threshold_unless_the_user_set_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert prepare.child_env(service="trainer")["MALLOC_MMAP_THRESHOLD_"] == "131072"
+    assert "MALLOC_MMAP_THRESHOLD_" not in prepare.child_env(service="explorer")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "1048576")
+    assert prepare.child_env(service="trainer")["MALLOC_MMAP_THRESHOLD_"] == "1048576"
+
+
 @pytest.mark.parametrize(
     ("overrides", "turns"),
     [
