@@ -26,14 +26,6 @@ from typing import Any
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "benchmarks" / "results"
-SMOLLM2 = {
-    "vocab_size": 49152,
-    "hidden_size": 576,
-    "intermediate_size": 1536,
-    "num_attention_heads": 9,
-    "num_key_value_heads": 3,
-    "tie_word_embeddings": True,
-}
 
 
 def timed(fn: Any) -> float:
@@ -53,6 +45,7 @@ def main() -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from benchmarks.trainer_memory import SMOLLM2  # SmolLM2-135M's shape, as that benchmark builds it
     from services.synchronizer.transfer import shared
 
     torch.manual_seed(0)
