@@ -153,8 +153,11 @@ class LeaderEngine:
     """Rank 0's view of the engine: collective calls are announced to the followers first."""
 
     def __init__(self, engine: Any, ctx: DistContext) -> None:
-        self._engine = engine
-        self._ctx = ctx
+        object.__setattr__(self, "_engine", engine)
+        object.__setattr__(self, "_ctx", ctx)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._engine, name, value)  # e.g. TrainerLoop moving `step` past lost updates
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._engine, name)
