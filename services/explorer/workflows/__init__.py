@@ -37,6 +37,9 @@ WORKFLOWS = Registry(
         "cod_frozenlake_obscure_workflow": "services.explorer.workflows.cod.frozen_lake_obscure:CodFrozenLakeObscureWorkflow",
         "cod_grid_navigation_workflow": "services.explorer.workflows.cod.grid_navigation:CodGridNavigationWorkflow",
         "cod_optimalcontrol_workflow": "services.explorer.workflows.cod.optimal_control:CodOptimalControlWorkflow",
+        # named by Trinity's research configs, unpublished: preflight says why they cannot run
+        "cod_random_alchemy_workflow": "services.explorer.workflows.cod.unpublished:CodRandomAlchemyWorkflow",
+        "cod_terminal_workflow": "services.explorer.workflows.cod.unpublished:CodTerminalWorkflow",
         # environments that need their own package and data (preflight names what is missing)
         "alfworld_workflow": "services.explorer.workflows.alfworld:AlfworldWorkflow",
         "step_wise_alfworld_workflow": "services.explorer.workflows.alfworld:StepWiseAlfworldWorkflow",
