@@ -8,9 +8,14 @@
 // each, the question's id as task id: a GRPO group), then sends rewards and commits. Held-out
 // accuracy is measured through the same endpoint, greedy, and is never committed.
 //
+// Pacing (--max-lag L): step s starts once the proxy serves version s - 1 - L, i.e. the weights trained
+// on all but the last L steps' episodes (L = 0: on-policy, 1: one step off-policy, as sync_offset 1).
+// Without it an agent that samples faster than the trainer trains runs ahead, and its episodes are
+// trained many versions after the weights that sampled them. -1: never wait (a deployed agent's traffic).
+//
 // Usage: node agent.js --url URL --data DIR [--token T] [--steps 20] [--batch 8] [--group 8]
 //        [--heldout 64] [--eval-every 5] [--max-tokens 64] [--temperature 0.7] [--seed 0] [--out FILE]
-//        [--eval-step N] (only one evaluation, recorded as step N)
+//        [--max-lag 1] [--eval-step N] (only one evaluation, recorded as step N)
 // Prints one JSON line per step and per evaluation; --out appends the evaluations as eval records
 // ({"time", "step", "model_version", "scores"}) for summary.json and `trinity plot`.
 'use strict';
@@ -24,6 +29,7 @@ const FOLLOW_UP = 'Check your work. Reply with the final answer as a LaTeX \\box
 function options(argv) {
   const opts = {
     steps: 20, batch: 8, group: 8, heldout: 64, evalEvery: 5, maxTokens: 64, seed: 0, temperature: 0.7, evalStep: -1,
+    maxLag: 1,
   };
   for (let i = 2; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
@@ -79,6 +85,22 @@ class Agent {
     return payload;
   }
 
+  // The version the proxy serves now (GET /v1/models names it).
+  async servedVersion() {
+    const headers = this.opts.token ? { Authorization: `Bearer ${this.opts.token}` } : {};
+    const response = await fetch(`${this.opts.url}/v1/models`, { headers });
+    if (!response.ok) throw new Error(`/v1/models: HTTP ${response.status}`);
+    return (await response.json()).data[0].model_version || 0;
+  }
+
+  // Seconds spent waiting until the proxy serves at least `minimum` (see Pacing above).
+  async waitForVersion(minimum) {
+    const started = Date.now();
+    if (this.opts.maxLag < 0 || minimum <= 0) return 0;
+    while ((await this.servedVersion()) < minimum) await new Promise((done) => setTimeout(done, 1000));
+    return (Date.now() - started) / 1000;
+  }
+
   // One episode: the question, the model's answer, the follow-up, its final answer.
   async episode(row, sessionId, temperature) {
     const versions = [];
@@ -101,6 +123,7 @@ class Agent {
   }
 
   async trainStep(step, rows) {
+    const waited = await this.waitForVersion(step - 1 - this.opts.maxLag);
     const runs = rows.flatMap((row) => Array.from({ length: this.opts.group }, (_, k) => ({ row, k })));
     const results = await Promise.all(
       runs.map(async ({ row, k }) => {
@@ -112,7 +135,7 @@ class Agent {
       }),
     );
     const mean = results.reduce((a, b) => a + b, 0) / results.length;
-    console.log(JSON.stringify({ event: 'agent_step', step, episodes: results.length, reward_mean: mean, model_version: this.version }));
+    console.log(JSON.stringify({ event: 'agent_step', step, episodes: results.length, reward_mean: mean, model_version: this.version, waited_s: waited }));
   }
 
   async evaluate(step, rows) {

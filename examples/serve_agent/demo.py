@@ -12,7 +12,8 @@
    plot.png (`trinity plot`) are written.
 
 Usage: python examples/serve_agent/demo.py   (env: AGENT_STEPS, AGENT_EVAL_EVERY, AGENT_HELDOUT,
-AGENT_MAX_TOKENS, SMOLLM2_SEED, SMOLLM2_DIR, TRINITY_ENGINE, TRINITY_CHECKPOINT_ROOT_DIR, AGENT_PROXY_PORT)
+AGENT_MAX_TOKENS, AGENT_MAX_LAG (1: a step starts once the weights trained on all but the last
+step's episodes are served; -1: never wait), SMOLLM2_SEED, SMOLLM2_DIR, TRINITY_ENGINE, TRINITY_CHECKPOINT_ROOT_DIR, AGENT_PROXY_PORT)
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def agent(url: str, data: pathlib.Path, out: pathlib.Path, steps: int, seed: str
     args += ["--heldout", os.environ.get("AGENT_HELDOUT", "64"), "--out", str(out)]
     args += ["--eval-every", os.environ.get("AGENT_EVAL_EVERY", "5"), "--batch", "4", "--group", "8"]
     args += ["--max-tokens", os.environ.get("AGENT_MAX_TOKENS", "64")]
+    args += ["--max-lag", os.environ.get("AGENT_MAX_LAG", "1")]
     env = {**os.environ, "NODE_PATH": str(REPO / "tools" / "node" / "node_modules")}
     subprocess.run(args, env=env, check=True)
 

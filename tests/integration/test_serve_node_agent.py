@@ -65,3 +65,41 @@ def test_the_node_agent_trains_through_the_proxy(tmp_path: pathlib.Path) -> None
             assert mask[0] and mask[-1] and not all(mask)
     finally:
         stack.stop_all()
+
+
+def test_the_agent_paces_itself_to_the_served_version(tmp_path: pathlib.Path) -> None:
+    """--max-lag 0: step 2 starts only once the proxy serves the weights trained on step 1's episodes."""
+    data = tmp_path / "data"
+    write_tasksets(data)
+    cfg = serve_config(
+        tmp_path,
+        model={
+            "model_path": "builtin:tiny-arith",
+            "max_prompt_tokens": 200,
+            "max_response_tokens": 8,
+            "temperature": 0.7,
+        },
+        algorithm={"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-3}},
+        buffer={"batch_size": 1},  # one question of two episodes: one GRPO group a step
+        trainer={"total_steps": 2, "save_interval": 100, "read_timeout_s": 2},
+    )
+    stack = make_stack(tmp_path, cfg)
+    try:
+        stack.start_infra()
+        url = stack.start_proxy()
+        trainer = stack.start("trainer", "mode=train")
+        args = ["--url", url, "--data", str(data), "--steps", "2", "--batch", "1", "--group", "2"]
+        args += ["--heldout", "1", "--eval-every", "5", "--max-tokens", "8", "--max-lag", "0"]
+        env = {**os.environ, "NODE_PATH": str(REPO / "tools" / "node" / "node_modules")}
+        done = subprocess.run(
+            ["node", str(AGENT), *args], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        steps = [json.loads(x) for x in done.stdout.splitlines() if '"agent_step"' in x]
+        assert [s["step"] for s in steps] == [1, 2]
+        assert steps[0]["model_version"] == 0 and steps[0]["waited_s"] == 0
+        # it waited for version 1, and sampled step 2 with it (model_version: the newest a reply named)
+        assert steps[1]["model_version"] >= 1 and steps[1]["waited_s"] > 0
+        assert trainer.wait(180) == 0  # it trained both steps: the agent's two groups
+    finally:
+        stack.stop_all()
