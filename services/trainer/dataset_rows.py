@@ -8,7 +8,11 @@ The row's kind comes from its columns and the buffer's `format`:
   (tools_key) when it has them; the last assistant turn is the response, or with
   enable_concatenated_multi_turn every assistant turn is trained on (action mask 1 on the
   assistant turns' tokens, 0 on the user / tool turns between them);
-- plaintext: prompt = [system prompt] + row[prompt_key] (+ reply_prefix), response = row[response_key].
+- plaintext: prompt = [system prompt] + row[prompt_key] (+ reply_prefix), response = row[response_key];
+- text (algorithm_type cpt, `text_row`): row[text_key] is one document and every token of it is
+  trained on. A causal model predicts each token from the ones before, so the sequence starts with
+  the tokenizer's BOS token as the context of the first text token (prompt_length 1, the text and
+  its EOS the response); a tokenizer without BOS leaves the first text token as the context.
 
 Messages are rendered with the chat template of `chat` (the buffer's format.chat_template, else
 model.custom_chat_template, else the tokenizer's) and its enable_thinking (format.enable_thinking, else
@@ -65,6 +69,27 @@ def tokenize_row(
     prompt_text = _plain_prompt(row, fmt, where, answer_key=fmt.response_key)
     prompt_ids = tokenizer.encode(prompt_text, add_special_tokens=False)
     return _experience(prompt_ids, _with_eos(tokenizer, str(row[fmt.response_key])), prompt_text, where)
+
+
+def text_row(row: dict[str, Any], fmt: FormatConfig, tokenizer: Any, *, where: str) -> Experience:
+    """One plain text row (continued pre-training) -> Experience trained on every token after the
+    first position: [BOS] + text + [EOS], prompt_length 1 (see the module docstring)."""
+    text = row.get(fmt.text_key)
+    if not isinstance(text, str) or not text:
+        raise InvalidArgument(
+            f"row has no text in {fmt.text_key!r} (keys: {sorted(row)}); set format.text_key to the column "
+            "that holds the documents",
+            field=where,
+        )
+    ids = _with_eos(tokenizer, text)
+    bos = tokenizer.bos_token_id
+    tokens = [int(bos), *ids] if bos is not None else ids
+    if len(tokens) < 2:
+        raise InvalidArgument(
+            "the text is one token and the tokenizer has no BOS or EOS token, so nothing is left to predict",
+            field=where,
+        )
+    return Experience(tokens=np.asarray(tokens, dtype=np.int64), prompt_length=1, model_version=0)
 
 
 def chat_ids(

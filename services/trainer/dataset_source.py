@@ -3,7 +3,8 @@
 Trinity's SFT (and mix's expert data) read a dataset file rather than experiences produced by an
 explorer. Here the buffer serves such a file as a taskset (storage_type `file`); this source reads
 its rows with ReadTasks and turns each into an Experience with the trainer's own tokenizer
-(dataset_rows.py: plaintext and messages rows for SFT, preference pairs for DPO).
+(dataset_rows.py: plaintext and messages rows for SFT, preference pairs for DPO, and under
+algorithm_type cpt plain text rows, every token trained on).
 ReadTasks has no lease: the buffer advances its per-reader cursor
 when it hands the rows out, so `ack`/`nack` are no-ops for these reads.
 """
@@ -16,7 +17,7 @@ from services.common.config.buffer import FormatConfig, StorageConfig
 from services.common.config.schema import TrinityConfig
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience, Task
-from services.trainer.dataset_rows import ChatStyle, tokenize_row
+from services.trainer.dataset_rows import ChatStyle, text_row, tokenize_row
 
 
 def dataset_buffers(cfg: TrinityConfig) -> dict[str, StorageConfig]:
@@ -38,6 +39,7 @@ class DatasetAwareSource:
         self.buffer = buffer
         self.tokenizer = tokenizer
         self.datasets = dataset_buffers(cfg)
+        self.text_rows = cfg.algorithm.algorithm_type == "cpt"  # continued pre-training: text rows
         self.chat = {
             name: ChatStyle.of(storage.format, cfg.model.custom_chat_template, cfg.model.enable_thinking)
             for name, storage in self.datasets.items()
@@ -53,6 +55,10 @@ class DatasetAwareSource:
 
     def _experience(self, task: Task, fmt: FormatConfig, buffer: str, schema: str | None) -> Experience:
         where = f"{buffer}[{task.index}]"
+        if self.text_rows:
+            exp = text_row(task.raw_task, fmt, self.tokenizer, where=where)
+            exp.task_id, exp.batch_id = task.task_id, task.index
+            return exp
         exp = tokenize_row(task.raw_task, fmt, self.tokenizer, where=where, chat=self.chat[buffer])
         kind = "dpo" if exp.chosen is not None else "sft"
         if schema is not None and kind != schema:

@@ -64,3 +64,23 @@ def tiny_model(seed: int = 0) -> torch.nn.Module:
     from services.models.loading import build_builtin
 
     return build_builtin("builtin:tiny-arith", seed=seed)
+
+
+class BigramLogits(torch.nn.Module):
+    """A causal LM whose logits at a position depend only on that position's token: row `token` of
+    a fixed [V, V] table (zeros unless `prefer` sets one), so per-token logprobs can be worked out
+    by hand. It takes the keyword arguments the trainer passes a model and returns `.logits`."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.zeros(vocab_size, vocab_size))
+
+    def prefer(self, after: int, token: int, logit: float) -> BigramLogits:
+        """After token `after`, give `token` this logit (the others keep 0)."""
+        self.table[after, token] = logit
+        return self
+
+    def forward(self, input_ids: torch.Tensor, **_: object) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.table[input_ids])

@@ -52,8 +52,10 @@ class OptimizerConfig(Section):
 class AlgorithmConfig(Section):
     algorithm_type: str = "ppo"
     """ppo, grpo, opmd, dpo, sft, mix, rloo, reinforceplusplus, gspo, cispo, mix_chord, raft, asymre,
-    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po, dapo, gigpo (presets in
-    services/common/config/presets.yaml, applied when the config is loaded).
+    grpo_verl, topr, sapo, sppo, rec, multi_step_grpo, on_policy_distill, jsd, m2po, dapo, gigpo, cpt (presets
+    in services/common/config/presets.yaml, applied when the config is loaded).
+    cpt (Trinity v0.6) is continued pre-training: sft's loss over every token of plain text rows
+    (buffer.trainer_input.experience_buffer, a file; the column is format.text_key), in mode train.
     dapo (Trinity v0.6) is GRPO's advantages and PPO's clipped loss without KL or reference model; the
     rest of DAPO comes from the YAML, as in Trinity's example: clip_range_high 0.28
     (policy_loss_fn_args), the operators mask_response_truncated and dapo_dynamic_sampling

@@ -39,6 +39,9 @@ class FormatConfig(Section):
     enable_thinking: bool | None = None
     """The chat template's enable_thinking switch for the messages rows the trainer reads (SFT / DPO
     datasets); None: model.enable_thinking."""
+    text_key: str = "text"
+    """algorithm_type cpt: column with a row's plain text, one document trained on whole (no chat
+    template, no prompt). Our key: the Trinity v0.6 schema we could read has no key for CPT rows."""
     reply_prefix: str | None = None
     """Text appended after the prompt (e.g. a plaintext model's answer cue)."""
     image_key: str | None = None

@@ -12,6 +12,7 @@ from services.common.config.base import Section
 from services.common.config.buffer import BufferConfig
 from services.common.config.cod import CodConfig
 from services.common.config.colocate import colocate_problem
+from services.common.config.cpt import cpt_problems
 from services.common.config.explorer import ExplorerConfig
 from services.common.config.model import ModelConfig
 from services.common.config.monitor import (
@@ -202,6 +203,13 @@ class TrinityConfig(Section):
                 f"{self.algorithm.algorithm_type!r} has no critic, so its first {self.trainer.critic_warmup} "
                 "steps would train nothing; remove the key (or use an algorithm with a critic, e.g. ppo)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _cpt_trains_on_a_text_file(self) -> TrinityConfig:
+        problems = cpt_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @model_validator(mode="before")

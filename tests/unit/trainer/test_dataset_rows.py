@@ -1,27 +1,35 @@
 """Dataset rows the trainer tokenizes itself (services/trainer/dataset_rows.py): plaintext and
 messages SFT rows, a row's tools in the chat template, every assistant turn of a conversation
-(enable_concatenated_multi_turn), and DPO preference pairs, on the builtin character tokenizer
+(enable_concatenated_multi_turn), DPO preference pairs and cpt's plain text rows (with the loss
+worked out by hand), on the builtin character tokenizer
 (one token per character: expected tokens are read off the rendered text) with a small chat
 template whose markers make the turns visible."""
 
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 
 import numpy as np
 import pytest
 
+from services.common.config.algorithm import AlgorithmConfig
 from services.common.config.buffer import FormatConfig
 from services.common.config.schema import TrinityConfig
 from services.common.errors import InvalidArgument
+from services.common.experience import Experience
 from services.models.loading import load_tokenizer
+from services.trainer.algorithms.parts import POLICY_LOSS_FN
+from services.trainer.batching import build_batch
 from services.trainer.build import build_engine
-from services.trainer.dataset_rows import tokenize_row
+from services.trainer.dataset_rows import text_row, tokenize_row
 from services.trainer.dataset_source import DatasetAwareSource
+from services.trainer.logprobs import response_logits, response_logprobs
 from services.trainer.service import TrainerLoop
 from tests.fakes.leasing_buffer import FakeBuffer
 from tests.fakes.leasing_buffer import small_cfg as _cfg
+from tests.fakes.trainer import BigramLogits
 
 TEMPLATE = (
     "{% if tools %}[T:{{ tools[0].function.name }}]{% endif %}"
@@ -183,3 +191,58 @@ async def test_schema_type_names_a_row_of_the_other_kind(tmp_path: pathlib.Path)
     assert info.value.field == "pairs[1]"
     with pytest.raises(InvalidArgument, match="schema_type sft: the row needs a prompt and one response"):
         source._experience(pair, storage.format, "pairs", "sft")
+
+
+def test_text_row_is_bos_then_the_whole_text_and_eos(tok) -> None:  # type: ignore[no-untyped-def]
+    exp = text_row({"doc": "1+1=2", "text": "ignored"}, FormatConfig(text_key="doc"), tok, where="d[0]")
+    bos, eos = tok.bos_token_id, tok.eos_token_id
+    assert exp.tokens.tolist() == [bos, *tok.encode("1+1=2", add_special_tokens=False), eos]
+    assert exp.prompt_length == 1 and exp.action_mask is None  # every text token and the EOS are trained on
+    exp.validate()
+    with pytest.raises(InvalidArgument, match="row has no text in 'text'.*set format.text_key") as info:
+        text_row({"prompt": "1+1="}, FormatConfig(), tok, where="docs[3]")
+    assert info.value.field == "docs[3]"
+
+
+def test_text_row_without_a_bos_token_keeps_the_first_token_as_context() -> None:
+    tokenizer = load_tokenizer("builtin:tiny-arith")
+    tokenizer.bos_token = None
+    exp = text_row({"text": "ab"}, FormatConfig(), tokenizer, where="d")
+    assert exp.tokens.tolist() == [*tokenizer.encode("ab", add_special_tokens=False), tokenizer.eos_token_id]
+    assert exp.prompt_length == 1  # "a" is the context of "b"; "b" and EOS are trained on
+
+
+def test_cpt_loss_by_hand_every_token_against_sft_the_response_only(tok) -> None:  # type: ignore[no-untyped-def]
+    # V = 100 tokens. The model: after "a", "a" has logit ln 99 and the other 99 tokens 0, so
+    # p(a | a) = 99 / (99 + 99) = 1/2 and p(x | a) = 1 / 198 for x != a; after any other token
+    # every token has p = 1/100.
+    # cpt on "aab": [BOS] a a b [EOS], the four tokens after BOS trained:
+    #   -log p: a|BOS ln 100, a|a ln 2, b|a ln 198, EOS|b ln 100
+    #   token-mean = (4.605170 + 0.693147 + 5.288267 + 4.605170) / 4 = 3.797939
+    # sft on prompt "aa", response "b": b|a ln 198, EOS|b ln 100 -> (5.288267 + 4.605170) / 2 = 4.946719
+    assert len(tok) == 100
+    a = tok.encode("a", add_special_tokens=False)[0]
+    model = BigramLogits(len(tok)).prefer(after=a, token=a, logit=math.log(99))
+    preset = AlgorithmConfig(algorithm_type="cpt")
+    assert preset.part("policy_loss_fn") == "sft"
+    loss_fn = POLICY_LOSS_FN.get(preset.part("policy_loss_fn"))
+
+    def loss(exp: Experience) -> float:
+        batch = build_batch([exp], pad_token_id=0)
+        logits, start = response_logits(model, batch.inputs, logits_to_keep=False)
+        logprob, _ = response_logprobs(
+            logits,
+            start,
+            batch.inputs.responses,
+            temperature=1.0,
+            chunk_tokens=None,
+            with_entropy=False,
+            entropy_grad=False,
+        )
+        return float(loss_fn(batch.train, logprob)[0])
+
+    cpt = text_row({"text": "aab"}, FormatConfig(), tok, where="d")
+    assert loss(cpt) == pytest.approx((math.log(100) + math.log(2) + math.log(198) + math.log(100)) / 4)
+    assert loss(cpt) == pytest.approx(3.797939, abs=1e-6)
+    sft = tokenize_row({"prompt": "aa", "response": "b"}, FormatConfig(), tok, where="d")
+    assert loss(sft) == pytest.approx(4.946719, abs=1e-6)
