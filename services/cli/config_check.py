@@ -252,8 +252,11 @@ def _check_cod(stage: TrinityConfig, prefix: str, report: Report) -> None:
                 "cod with iterative_hint_e2e_causal scores the episodes of CoD packs; add a cod: section",
             )
         return
+    from services.explorer.workflows.cod.pack import UPDATE_IMPLS
+
     inputs = stage.buffer.explorer_input
-    sections = [("buffer.explorer_input.taskset", inputs.taskset)] if stage.mode != "bench" else []
+    sections: list[tuple[str, StorageConfig | None]] = []
+    sections += inputs.training_tasksets() if stage.mode != "bench" else []
     sections += [(f"buffer.explorer_input.eval_tasksets[{i}]", s) for i, s in enumerate(inputs.eval_tasksets)]
     for key, section in sections:
         if section is None:
@@ -266,12 +269,11 @@ def _check_cod(stage: TrinityConfig, prefix: str, report: Report) -> None:
         impl = section.workflow_args.get(
             "update_context_impl", stage.cod.cod_workflow_args.update_context_impl
         )
-        # the PDE-discovery workflow's own updater goes with that workflow, reported missing as a whole
-        own_updater = impl == "pde_update_context" and "pde_discovery" in str(name)
-        if impl != "update_context" and not own_updater:
+        if impl not in UPDATE_IMPLS:
             report.problem(
                 f"{prefix}{key}.workflow_args.update_context_impl",
-                f"{impl!r} is not implemented here; the hints are updated by one chat call (update_context)",
+                f"{impl!r} is not implemented here; the hints are updated by one chat call "
+                f"({' or '.join(UPDATE_IMPLS)})",
             )
         try:
             workflow = WORKFLOWS.get(name) if name else None

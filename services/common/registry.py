@@ -5,7 +5,8 @@ Built-ins are listed explicitly, in one place per registry, as name -> "pkg.modu
 imported on first use, so importing a registry costs nothing (the explorer never pays for the
 trainer's parts, `trinity --help` for any). User code comes in through the same `get(name)`:
 
-- a dotted path in the config, `my_pkg.my_module:MyPart` or `my_pkg.my_module.MyPart`;
+- a dotted path in the config, `my_pkg.my_module:MyPart` or `my_pkg.my_module.MyPart` (a registry's
+  aliases map the dotted paths of Trinity's own classes, which are not importable here, to built-ins);
 - `@REGISTRY.register_module("my_part")` in a module imported before the part is looked up (for
   the explorer, a module of a plugin directory in `explorer.plugin_dirs`, see
   services/explorer/plugins.py).
@@ -48,12 +49,19 @@ class Registry:
     """
 
     def __init__(
-        self, kind: str, builtins: Mapping[str, str], *, config_key: str = "", plugin_hint: str = ""
+        self,
+        kind: str,
+        builtins: Mapping[str, str],
+        *,
+        config_key: str = "",
+        plugin_hint: str = "",
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         self.kind = kind
         self.config_key = config_key
         self.plugin_hint = plugin_hint
         self._builtins = dict(builtins)
+        self._aliases = dict(aliases or {})  # another spelling (Trinity's dotted path) -> a built-in name
         self._loaded: dict[str, Any] = {}
         self._registered: dict[str, Any] = {}
 
@@ -87,8 +95,12 @@ class Registry:
         """Built-in name -> "pkg.module:attr" of the module that defines it."""
         return dict(self._builtins)
 
+    def aliases(self) -> dict[str, str]:
+        """Other spellings `get` resolves to a built-in, e.g. the dotted path of Trinity's own class."""
+        return dict(self._aliases)
+
     def __contains__(self, name: str) -> bool:
-        return name in self._registered or name in self._builtins
+        return name in self._registered or name in self._builtins or name in self._aliases
 
     def get(self, name: str, *, field: str | None = None) -> Any:
         """The part registered as `name`, the built-in `name`, or the object at dotted path `name`."""
@@ -99,6 +111,8 @@ class Registry:
             if name not in self._loaded:
                 self._loaded[name] = import_object(self._builtins[name])
             return self._loaded[name]
+        if name in self._aliases:
+            return self.get(self._aliases[name], field=field)
         if "." in name or ":" in name:
             return self._import_user_part(name, field)
         hint = f", or {self.plugin_hint}" if self.plugin_hint else ""

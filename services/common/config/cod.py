@@ -34,10 +34,10 @@ class CodWorkflowArgs(Section):
     hint_example: bool = False
     """Append an example hint block to the hint-update system prompt."""
     update_context_impl: UpdateContextImpl = "update_context"
-    """How hints are updated: update_context (one chat call; the only one implemented here),
-    update_context_agent (an AgentScope agent) or pde_update_context (the PDE-discovery workflow's);
-    a taskset's workflow_args.update_context_impl overrides it. The last two are refused by
-    `trinity config check` and at run time."""
+    """How hints are updated: update_context (one chat call, shown the task's reward and feedback),
+    pde_update_context (the PDE-discovery environment's: the same call without the reward) or
+    update_context_agent (an AgentScope agent; refused by `trinity config check` and at run time, not
+    implemented here); a taskset's workflow_args.update_context_impl overrides it."""
     reuse_workflow_instance: bool = False
     """Reset and reuse one episode workflow instance per pack position (within a pack workflow's life)
     instead of building a new one per task; the rollouts are the same."""

@@ -37,6 +37,7 @@ WORKFLOWS = Registry(
         "cod_frozenlake_obscure_workflow": "services.explorer.workflows.cod.frozen_lake_obscure:CodFrozenLakeObscureWorkflow",
         "cod_grid_navigation_workflow": "services.explorer.workflows.cod.grid_navigation:CodGridNavigationWorkflow",
         "cod_optimalcontrol_workflow": "services.explorer.workflows.cod.optimal_control:CodOptimalControlWorkflow",
+        "cod_pde_discovery_workflow": "services.explorer.workflows.cod.pde.workflow:CodPdeDiscoveryWorkflow",
         # named by Trinity's research configs, unpublished: preflight says why they cannot run
         "cod_random_alchemy_workflow": "services.explorer.workflows.cod.unpublished:CodRandomAlchemyWorkflow",
         "cod_terminal_workflow": "services.explorer.workflows.cod.unpublished:CodTerminalWorkflow",
@@ -65,6 +66,12 @@ WORKFLOWS = Registry(
     },
     config_key="default_workflow_type",
     plugin_hint="a module in explorer.plugin_dirs that registers it",
+    # Trinity names some workflows by the dotted path of its class only
+    aliases={
+        "trinity.common.workflows.connect_the_dots.pde_discovery.workflow.CoDPDEDiscoveryWorkflow": (
+            "cod_pde_discovery_workflow"
+        ),
+    },
 )
 
 __all__ = ["WORKFLOWS", "Experience", "ResettableWorkflow", "RolloutArgs", "Task", "Workflow"]

@@ -143,3 +143,14 @@ def test_check_args_rejects_what_the_callable_does_not_take():
     assert err.value.field == "algorithm.x_args"
     assert err.value.message == "unknown argument(s) ['alpah']; allowed: ['alpha', 'beta']"
     check_args(lambda batch, **kw: None, {"anything": 1}, "algorithm.x_args", skip=1)
+
+
+def test_an_alias_resolves_to_its_builtin_and_is_not_listed_as_a_name():
+    from services.trainer.algorithms.policy_loss.ppo import ppo
+
+    registry = make_registry(aliases={"trinity.algorithm.policy_loss_fn.PPOPolicyLossFn": "ppo"})
+    assert registry.get("trinity.algorithm.policy_loss_fn.PPOPolicyLossFn") is ppo
+    assert "trinity.algorithm.policy_loss_fn.PPOPolicyLossFn" in registry
+    assert registry.names() == ["k1", "ppo"] and registry.aliases() == {
+        "trinity.algorithm.policy_loss_fn.PPOPolicyLossFn": "ppo"
+    }

@@ -128,6 +128,13 @@ class CodEpisodeWorkflow(ResettableWorkflow):
         """The environment's verdict on the episode, for the hint update."""
         raise NotImplementedError
 
+    def compress_memory(self, step: int) -> None:
+        """After step `step` (0-based): shorten earlier replies by context_compression_mode. An environment
+        may shorten more (its old observations) by extending this."""
+        for message in self.memory:
+            if message["role"] == "assistant":
+                message["content"] = compress(message["content"], self.compression)
+
     def augmented_system_prompt(self) -> str:
         text = self.system_prompt()
         if self.hint:
@@ -157,9 +164,7 @@ class CodEpisodeWorkflow(ResettableWorkflow):
         for step in range(self.max_step_num):
             steps = step + 1
             go_on, step_exps = await self.step_async(step)
-            for message in self.memory:
-                if message["role"] == "assistant":
-                    message["content"] = compress(message["content"], self.compression)
+            self.compress_memory(step)
             for exp in step_exps:
                 exp.step = step
             exps.extend(step_exps)

@@ -1,5 +1,8 @@
 """The CoD hint-update episode: previous hints + a solved trajectory -> updated hints.
 
+update_context shows the task's reward and feedback; pde_update_context (the PDE-discovery
+environment's) shows the feedback only and repeats the marker format at the end.
+
 One chat call. The reply must end with the hints between two literal marker lines, each once; the updated
 context is "Hints: <that text>" ("Hints: no hint available." when the block is missing or empty).
 Reward (Trinity's AsyncCoDUpdateContextWorkflow, cod_workflow_args names), with c = hint_penalty_coef
@@ -56,13 +59,29 @@ def system_prompt(*, hint_example: bool, max_response_tokens_restraint: int | No
     return text
 
 
-def user_prompt(*, previous: str, trajectory: str, reward: float, feedback: str) -> str:
-    return (
+_MARKER_REMINDER = f"""
+
+Reminder of the format: after brief reasoning, end with exactly this block:
+{HINT_START}
+- your short hints that carry over to other tasks
+{HINT_END}
+Both marker lines are needed, copied exactly (not shortened to "--- Updated hints ---"), and nothing may
+follow the second one."""
+
+
+def user_prompt(
+    *, previous: str, trajectory: str, reward: float, feedback: str, impl: str = "update_context"
+) -> str:
+    """The update's request. pde_update_context (Trinity's PDEUpdateContextWorkflow) leaves the reward
+    out, so the hidden-equation score never reaches the hints, and repeats the marker format."""
+    shown = "" if impl == "pde_update_context" else f"Reward: {reward:.3f}\n\n"
+    text = (
         f"--- Hints so far ---\n\n{previous or '(none yet)'}\n\n"
         f"--- The task just attempted ---\n\n{trajectory}\n\n"
-        f"Reward: {reward:.3f}\n\nEnvironment feedback: {feedback}\n\n"
+        f"{shown}Environment feedback: {feedback}\n\n"
         "--- Your job ---\n\nRewrite the hints as the system prompt asks."
     )
+    return text + _MARKER_REMINDER if impl == "pde_update_context" else text
 
 
 def extract_hint(reply: str) -> tuple[str, bool]:
@@ -95,8 +114,10 @@ async def update_hints(
     trajectory: str,
     reward: float,
     feedback: str,
+    impl: str = "update_context",
 ) -> Experience:
-    """Run one hint update; info["hint"] holds the new hints, info["prev_hint"] the old."""
+    """Run one hint update; info["hint"] holds the new hints, info["prev_hint"] the old. impl:
+    update_context or pde_update_context (user_prompt)."""
     messages = [
         {
             "role": "system",
@@ -108,7 +129,7 @@ async def update_hints(
         {
             "role": "user",
             "content": user_prompt(
-                previous=previous, trajectory=trajectory, reward=reward, feedback=feedback
+                previous=previous, trajectory=trajectory, reward=reward, feedback=feedback, impl=impl
             ),
         },
     ]

@@ -9,7 +9,8 @@ Packing (Trinity's pack_tasks), per taskset in reading order, with n = cod.task_
 - ralph_full: every task repeated n times (one pack per task; nothing dropped or padded).
 
 A pack run with iterative_hint_e2e (the only method): hint "Hints: null"; solve task 0 with it; update
-the hints from task 0's trajectory, reward and feedback (hints.py); solve task 1 with the new hints;
+the hints from task 0's trajectory, reward and feedback (hints.py; with update_context_impl
+pde_update_context, without the reward); solve task 1 with the new hints;
 ... solve task n-1. Rows get info exp_type (solve_task / gen_hint), task_idx / hint_idx, taskset_id
 (the taskset's name), the run's task_rewards [r_0..r_{n-1}] and total_reward sum_i r_i decay^(n-1-i)
 (task_reward_decay) for the cod advantage; the last row of each solve gets the metric
@@ -32,6 +33,7 @@ from services.explorer.workflows.base import Task, Workflow
 from services.explorer.workflows.cod.hints import INITIAL_HINT, update_hints
 
 METHOD = "iterative_hint_e2e"
+UPDATE_IMPLS = ("update_context", "pde_update_context")  # hints.py; update_context_agent is not here
 
 
 def pack_tasks(tasks: Sequence[Task], cod: CodConfig, *, is_eval: bool = False) -> list[Task]:
@@ -142,9 +144,10 @@ class CodPackWorkflow(Workflow):
         shared: dict[str, Any] = {}  # this run's pack state (episode.py)
         for i, task in enumerate(self.members):
             impl = task.workflow_args.get("update_context_impl", self.args.update_context_impl)
-            if impl != "update_context":
+            if impl not in UPDATE_IMPLS:
                 raise InvalidArgument(
-                    f"update_context_impl {impl!r} is not implemented here (only update_context, one chat call)",
+                    f"update_context_impl {impl!r} is not implemented here (only {', '.join(UPDATE_IMPLS)}: one "
+                    "chat call)",
                     field="cod.cod_workflow_args.update_context_impl",
                 )
             episode = self._episode(task, i)
@@ -179,6 +182,7 @@ class CodPackWorkflow(Workflow):
                 trajectory=str(last["trajectory"]),
                 reward=reward,
                 feedback=str(last.get("feedback", f"Reward: {reward} (max: 1.0)")),
+                impl=impl,
             )
             update.step = i
             update.info.update({"exp_type": "gen_hint", "hint_idx": i, "taskset_id": task.taskset})

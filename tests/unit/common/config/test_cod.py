@@ -117,6 +117,8 @@ def test_config_check_names_what_a_cod_run_would_stop_on() -> None:
     assert any(
         p.startswith("buffer.explorer_input.taskset.workflow_args.update_context_impl") for p in problems
     )
+    problems = check(cod_run("cod_grid_navigation_workflow", update_context_impl="pde_update_context"))
+    assert not [p for p in problems if "update_context_impl" in p]
     without = cod_run("math_workflow")
     del without["cod"]
     assert any(p.startswith("algorithm.advantage_fn") and "add a cod: section" in p for p in check(without))

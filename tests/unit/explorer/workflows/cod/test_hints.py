@@ -52,3 +52,15 @@ async def test_update_hints_one_call(make_model: Any) -> None:
     system, user = exp.messages[0].content, exp.messages[1].content
     assert "For example" in system and "under 50 tokens" in system
     assert "Hints: null" in user and "Reward: 1.000" in user and "Environment feedback: won" in user
+
+
+async def test_the_pde_update_hides_the_reward_and_repeats_the_format(make_model: Any) -> None:
+    model, _ = make_model([f"{HINT_START}\n- u**3 damps\n{HINT_END}"])
+    exp = await update_hints(
+        model, CodWorkflowArgs(), {}, previous="Hints: null", trajectory="T", reward=0.75, feedback="fit 0.1",
+        impl="pde_update_context",
+    )  # fmt: skip
+    user = exp.messages[1].content
+    assert "Reward:" not in user and "0.75" not in user and "Environment feedback: fit 0.1" in user
+    assert user.rstrip().endswith("nothing may\nfollow the second one.") and f"{HINT_START}\n- your" in user
+    assert exp.info["hint"] == "Hints: - u**3 damps"
