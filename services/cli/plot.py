@@ -1,6 +1,8 @@
 """`trinity plot RUN_DIR`: one PNG of a run, from its TensorBoard scalars (monitor_type tensorboard).
 
-Left: the mean rollout reward per explorer step (`rollout/reward/mean`). Right: held-out accuracy:
+Left: the mean rollout reward per explorer step (`rollout/reward/mean`); a run without explorer
+steps (mode serve + a train run: the agents' traffic has no steps) shows the mean reward of the rows
+each training step trained (`critic/rewards/mean`) instead. Right: held-out accuracy:
 `eval/<taskset>/strict/mean@k` and `lenient` where the taskset reports them (boxed-answer tasksets,
 services/explorer/eval.py), else its reward, against training minutes (summary.json's learning
 curve, the evals' own time left out, cli/curve.py) once `trinity run` has written it, else against
@@ -30,6 +32,7 @@ class RunSeries:
     """Scalars read from a run: reward per step, eval curves as (minutes, value) per label."""
 
     reward: list[tuple[int, float]] = field(default_factory=list)
+    reward_axis: str = "explorer step"
     evals: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     minutes: str = "minutes since the run started"
 
@@ -79,6 +82,8 @@ def read_run(run_dir: str | pathlib.Path) -> RunSeries:
         raise InvalidArgument(f"no scalars under {root} yet", field="run_dir")
     start = min(t for events in scalars.values() for t, _, _ in events)
     series = RunSeries(reward=sorted((s, v) for _, s, v in scalars.get("rollout/reward/mean", [])))
+    if not series.reward and (trained := scalars.get("critic/rewards/mean")):
+        series.reward, series.reward_axis = sorted((s, v) for _, s, v in trained), "training step"
     series.evals = _curve_evals(pathlib.Path(run_dir))
     if series.evals:
         series.minutes = "training minutes (evals left out)"
@@ -102,7 +107,7 @@ def draw(series: RunSeries, out: str | pathlib.Path, title: str) -> pathlib.Path
     if series.reward:
         steps, values = zip(*series.reward, strict=True)
         left.plot(steps, values, marker=".")
-    left.set(xlabel="explorer step", ylabel="mean rollout reward", title="reward per step")
+    left.set(xlabel=series.reward_axis, ylabel="mean rollout reward", title="reward per step")
     for label, points in series.evals.items():
         minutes, values = zip(*points, strict=True)
         right.plot(minutes, values, marker="o", label=label)

@@ -40,6 +40,19 @@ def test_read_run_series(tmp_path: pathlib.Path) -> None:
     assert strict[1][0] >= 0.0
 
 
+def test_a_run_without_explorer_steps_plots_the_trained_rows_reward(tmp_path: pathlib.Path) -> None:
+    # mode serve + a train run: only the trainer logs a reward, that of the rows each step trained
+    trainer = TensorBoardMonitor(str(tmp_path / "monitor" / "tensorboard" / "trainer"))
+    for step, reward in [(1, 0.2), (2, 0.4)]:
+        trainer.log({"critic/rewards/mean": reward, "actor/pg_loss": 0.1}, step=step)
+    trainer.close()
+    series = read_run(tmp_path)
+    assert series.reward == [(1, pytest.approx(0.2)), (2, pytest.approx(0.4))]
+    assert series.reward_axis == "training step"
+    fake_run(tmp_path)  # with explorer steps the rollout reward wins
+    assert read_run(tmp_path).reward_axis == "explorer step"
+
+
 def test_plot_command_writes_a_png(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     fake_run(tmp_path)
     with pytest.raises(SystemExit) as done:
