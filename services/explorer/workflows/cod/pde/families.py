@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from services.common.errors import InvalidArgument
+from services.common.logging import get_logger
 from services.explorer.workflows.cod.pde import simulate
 from services.explorer.workflows.cod.pde.terms import LIBRARY, basis
 
@@ -44,7 +44,7 @@ COARSE_NX, COARSE_NT = 65, 401
 FIELD = "workflow_args.ground_truth_family"
 TRINITY_FOLDER = "trinity/common/workflows/connect_the_dots/pde_discovery/ground_truth_families/"
 
-log = logging.getLogger(__name__)
+log = get_logger("explorer.workflows.cod.pde.families")
 
 
 @dataclass(frozen=True)
@@ -233,5 +233,5 @@ def hidden_equation(
         coefficients = draw(rng, templates, low, high, index)
         if stable(coefficients):
             return coefficients
-    log.warning("no stable hidden PDE reaction after %d draws; using the last one", MAX_DRAWS)
+    log.warning("pde_no_stable_reaction", draws=MAX_DRAWS, using="the last draw")
     return coefficients

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -29,6 +28,7 @@ from typing import Any
 
 from services.common.errors import InvalidArgument
 from services.common.experience import Experience
+from services.common.logging import get_logger
 from services.explorer.workflows.base import Task
 from services.explorer.workflows.cod.episode import CodEpisodeWorkflow, between
 from services.explorer.workflows.cod.pde import families, prompts
@@ -37,7 +37,7 @@ from services.explorer.workflows.cod.pde.settings import PdeSettings, open_pack
 
 LIST_TAGS = frozenset({"dictionary", "candidate_equations", "uncertain_terms"})
 FEEDBACK_MARK = "Action feedback:"
-log = logging.getLogger(__name__)
+log = get_logger("explorer.workflows.cod.pde")
 
 
 def _value(element: ET.Element) -> Any:
@@ -222,4 +222,4 @@ class CodPdeDiscoveryWorkflow(CodEpisodeWorkflow):
             with open(self.dump_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row, default=str) + "\n")
         except OSError as exc:  # a full disk must not fail the rollout
-            log.warning("PDE trajectory dump to %s failed: %s", self.dump_path, exc)
+            log.warning("pde_trajectory_dump_failed", path=str(self.dump_path), error=str(exc))
