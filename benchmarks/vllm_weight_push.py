@@ -9,6 +9,11 @@ child in multiprocess mode). baseline: the worker's reload_weights of the same t
 a child). Figures are pushes per second of the full model (higher is better); the last line's ratio
 is the worse of the two modes, both are in config.modes. Run in .venv-vllm (`make bench-vllm`).
 
+group (in config.modes.<mode>.group, with its own ratio to the same baseline): the in-memory path of
+`sync_method: nccl` (a gloo group on CPU), no disk: a sender process (the trainer's side) broadcasts
+the tensors with the synchronizer's WeightGroup (256 MiB buckets, its default), this process receives
+them into fresh tensors and hands them to VLLMEngine.update_weights; timed from the receive's start.
+
     python benchmarks/vllm_weight_push.py [--model .cache/models/SmolLM2-135M-Instruct] [--repeats 5]
 """
 
@@ -36,6 +41,7 @@ def measure(model: str, mode: str, repeats: int) -> dict[str, float]:
     from services.synchronizer.transfer.checkpoint import load_checkpoint, write_checkpoint
 
     engine = VLLMEngine(model, VLLMSettings(dtype="float32", max_model_len=512, process_mode=mode))
+    group = group_push(engine, model, repeats)
     state = {k: v.clone() for k, v in load_file(str(pathlib.Path(model) / "model.safetensors")).items()}
     ours, bare = [], []
     with tempfile.TemporaryDirectory() as root:
@@ -55,7 +61,56 @@ def measure(model: str, mode: str, repeats: int) -> dict[str, float]:
                 ours.append(1 / (t1 - t0))
                 bare.append(1 / (t2 - t1))
     engine.close()
-    return {"ours": statistics.median(ours), "baseline": statistics.median(bare)}
+    return {"ours": statistics.median(ours), "baseline": statistics.median(bare), "group": group}
+
+
+BUCKET_BYTES = 256 << 20  # the synchronizer's default (services/synchronizer/core.py)
+
+
+def _spec(port: int, rank: int) -> object:
+    from services.synchronizer.transfer.broadcast import GroupSpec
+
+    return GroupSpec("127.0.0.1", port, 2, rank, "bench", "gloo", 300.0)
+
+
+def group_push(engine: object, model: str, repeats: int) -> float:
+    """Pushes/s of broadcast (from a sender process) + update_weights; the first push is a warm-up."""
+    from safetensors.torch import load_file
+
+    from services.synchronizer.transfer.broadcast import WeightGroup, manifest_of, start_store
+
+    manifest = manifest_of(load_file(str(pathlib.Path(model) / "model.safetensors")))
+    store = start_store("127.0.0.1", 0, 2, 300.0)
+    cmd = [sys.executable, __file__, "--send", str(store.port), "--model", model, "--repeats", str(repeats)]
+    sender = subprocess.Popen(cmd)
+    rates = []
+    with WeightGroup(_spec(store.port, 1), store=store) as group:  # type: ignore[arg-type]
+        for step in range(repeats + 1):
+            t0 = time.perf_counter()
+            received = group.receive(manifest, BUCKET_BYTES)
+            engine.update_weights(received.items())  # type: ignore[attr-defined]
+            if step > 0:
+                rates.append(1 / (time.perf_counter() - t0))
+    if sender.wait(120) != 0:
+        raise SystemExit(f"the sender exited with {sender.returncode}")
+    return statistics.median(rates)
+
+
+def send(port: int, model: str, repeats: int) -> None:
+    """The trainer's side of group_push: the same tensors, changed in place per push, repeats + 1 times."""
+    import torch
+    from safetensors.torch import load_file
+
+    from services.synchronizer.transfer.broadcast import WeightGroup, manifest_of
+
+    state = load_file(str(pathlib.Path(model) / "model.safetensors"))
+    manifest = manifest_of(state)
+    with WeightGroup(_spec(port, 0)) as group, torch.no_grad():  # type: ignore[arg-type]
+        for _ in range(repeats + 1):
+            # a cheap in-place change: a fresh randn per tensor takes longer than the push measured
+            for tensor in state.values():
+                tensor.add_(1e-6)
+            group.send(state, manifest, BUCKET_BYTES)
 
 
 def main() -> None:
@@ -65,7 +120,11 @@ def main() -> None:
     parser.add_argument("--model", default=str(ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mode", choices=("in_process", "multiprocess"), help="measure one mode (internal)")
+    parser.add_argument("--send", type=int, help="the group path's sender, on this store port (internal)")
     args = parser.parse_args()
+    if args.send:
+        send(args.send, args.model, args.repeats)
+        return
     if args.mode:
         print(json.dumps(measure(args.model, args.mode, args.repeats)))
         return
@@ -79,6 +138,7 @@ def main() -> None:
         )
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         figures["ratio"] = figures["ours"] / figures["baseline"]
+        figures["group_ratio"] = figures["group"] / figures["baseline"]
         modes[mode] = {k: round(v, 3) for k, v in figures.items()}
     worst = min(modes, key=lambda m: modes[m]["ratio"])
     result = {
