@@ -14,6 +14,13 @@ from tests.integration.serve_proxy import make_stack, serve_config
 
 AGENT = REPO / "examples" / "serve_agent" / "agent.js"
 REWARDS = {0.0, 0.1, 0.5, 1.0}
+# the agent samples training episodes at 0.7: the trainer takes logprobs at that temperature
+MODEL = {
+    "model_path": "builtin:tiny-arith",
+    "max_prompt_tokens": 200,
+    "max_response_tokens": 8,
+    "temperature": 0.7,
+}
 
 
 def test_the_node_agent_trains_through_the_proxy(tmp_path: pathlib.Path) -> None:
@@ -23,13 +30,7 @@ def test_the_node_agent_trains_through_the_proxy(tmp_path: pathlib.Path) -> None
         tmp_path,
         serve_config(
             tmp_path,
-            # the agent samples training episodes at 0.7: the trainer takes logprobs at that temperature
-            model={
-                "model_path": "builtin:tiny-arith",
-                "max_prompt_tokens": 200,
-                "max_response_tokens": 8,
-                "temperature": 0.7,
-            },
+            model=MODEL,
         ),
     )
     try:
@@ -73,12 +74,7 @@ def test_the_agent_paces_itself_to_the_served_version(tmp_path: pathlib.Path) ->
     write_tasksets(data)
     cfg = serve_config(
         tmp_path,
-        model={
-            "model_path": "builtin:tiny-arith",
-            "max_prompt_tokens": 200,
-            "max_response_tokens": 8,
-            "temperature": 0.7,
-        },
+        model=MODEL,
         algorithm={"algorithm_type": "grpo", "repeat_times": 2, "optimizer": {"lr": 1e-3}},
         buffer={"batch_size": 1},  # one question of two episodes: one GRPO group a step
         trainer={"total_steps": 2, "save_interval": 100, "read_timeout_s": 2},
