@@ -27,9 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "gen")]
+
+if TYPE_CHECKING:
+    from services.synchronizer.transfer.broadcast import GroupSpec
 
 
 def measure(model: str, mode: str, repeats: int) -> dict[str, float]:
@@ -67,7 +71,7 @@ def measure(model: str, mode: str, repeats: int) -> dict[str, float]:
 BUCKET_BYTES = 256 << 20  # the synchronizer's default (services/synchronizer/core.py)
 
 
-def _spec(port: int, rank: int) -> object:
+def _spec(port: int, rank: int) -> GroupSpec:
     from services.synchronizer.transfer.broadcast import GroupSpec
 
     return GroupSpec("127.0.0.1", port, 2, rank, "bench", "gloo", 300.0)
@@ -84,7 +88,7 @@ def group_push(engine: object, model: str, repeats: int) -> float:
     cmd = [sys.executable, __file__, "--send", str(store.port), "--model", model, "--repeats", str(repeats)]
     sender = subprocess.Popen(cmd)
     rates = []
-    with WeightGroup(_spec(store.port, 1), store=store) as group:  # type: ignore[arg-type]
+    with WeightGroup(_spec(store.port, 1), store=store) as group:
         for step in range(repeats + 1):
             t0 = time.perf_counter()
             received = group.receive(manifest, BUCKET_BYTES)
@@ -105,7 +109,7 @@ def send(port: int, model: str, repeats: int) -> None:
 
     state = load_file(str(pathlib.Path(model) / "model.safetensors"))
     manifest = manifest_of(state)
-    with WeightGroup(_spec(port, 0)) as group, torch.no_grad():  # type: ignore[arg-type]
+    with WeightGroup(_spec(port, 0)) as group, torch.no_grad():
         for _ in range(repeats + 1):
             # a cheap in-place change: a fresh randn per tensor takes longer than the push measured
             for tensor in state.values():

@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from services.explorer.workflows.cod.unpublished import WHERE as UNPUBLISHED
+
 if TYPE_CHECKING:
     from services.common.config.key_meaning import KeyMeaning
 
@@ -95,7 +97,7 @@ def kind_of(problem: str) -> str:
         return "missing part"
     if re.search(r"cannot import workflow '(examples|trinity)\.", problem):  # one of Trinity's own modules
         return "missing part"
-    if "research/cod_v2 branch, not in a release" in problem:  # a workflow Trinity names but never published
+    if UNPUBLISHED in problem:  # a workflow Trinity names but never published (cod/unpublished.py)
         return "missing part"
     return "rejected value"
 

@@ -252,7 +252,7 @@ def _check_cod(stage: TrinityConfig, prefix: str, report: Report) -> None:
                 "cod with iterative_hint_e2e_causal scores the episodes of CoD packs; add a cod: section",
             )
         return
-    from services.explorer.workflows.cod.pack import UPDATE_IMPLS
+    from services.explorer.workflows.cod.pack import UPDATE_IMPLS, update_impl_of
 
     inputs = stage.buffer.explorer_input
     sections: list[tuple[str, StorageConfig | None]] = []
@@ -266,9 +266,7 @@ def _check_cod(stage: TrinityConfig, prefix: str, report: Report) -> None:
             or inputs.default_workflow_type
             or stage.buffer.default_workflow_type
         )
-        impl = section.workflow_args.get(
-            "update_context_impl", stage.cod.cod_workflow_args.update_context_impl
-        )
+        impl = update_impl_of(section.workflow_args, stage.cod.cod_workflow_args)
         if impl not in UPDATE_IMPLS:
             report.problem(
                 f"{prefix}{key}.workflow_args.update_context_impl",

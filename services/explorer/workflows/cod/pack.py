@@ -36,6 +36,11 @@ METHOD = "iterative_hint_e2e"
 UPDATE_IMPLS = ("update_context", "pde_update_context")  # hints.py; update_context_agent is not here
 
 
+def update_impl_of(workflow_args: dict[str, Any], cod_args: Any) -> str:
+    """A taskset's update_context_impl: its workflow_args' own, else cod.cod_workflow_args'."""
+    return str(workflow_args.get("update_context_impl", cod_args.update_context_impl))
+
+
 def pack_tasks(tasks: Sequence[Task], cod: CodConfig, *, is_eval: bool = False) -> list[Task]:
     """The packs of `tasks` (module docstring); each is a Task running CodPackWorkflow."""
     size, strategy = cod.pack_size(is_eval), cod.packing_strategy
@@ -143,7 +148,7 @@ class CodPackWorkflow(Workflow):
         hint, rewards, exps = INITIAL_HINT, [], []
         shared: dict[str, Any] = {}  # this run's pack state (episode.py)
         for i, task in enumerate(self.members):
-            impl = task.workflow_args.get("update_context_impl", self.args.update_context_impl)
+            impl = update_impl_of(task.workflow_args, self.args)
             if impl not in UPDATE_IMPLS:
                 raise InvalidArgument(
                     f"update_context_impl {impl!r} is not implemented here (only {', '.join(UPDATE_IMPLS)}: one "
