@@ -14,6 +14,13 @@ group (in config.modes.<mode>.group, with its own ratio to the same baseline): t
 the tensors with the synchronizer's WeightGroup (256 MiB buckets, its default), this process receives
 them into fresh tensors and hands them to VLLMEngine.update_weights; timed from the receive's start.
 
+shared (config.modes.<mode>.shared, shared_ratio): mode colocate's path, no disk and no socket: a
+sender process (the trainer's side) moves the model's parameters into shared files
+(transfer/shared.py) and changes them in place under the weights lock before each push; this process
+takes the lock shared and calls VLLMEngine.load_shared, whose worker maps the files once and reloads
+from them (in multiprocess mode too: only the directory crosses to the engine core). Timed from the
+lock's acquisition to the end of the load.
+
     python benchmarks/vllm_weight_push.py [--model .cache/models/SmolLM2-135M-Instruct] [--repeats 5]
 """
 
@@ -46,6 +53,7 @@ def measure(model: str, mode: str, repeats: int) -> dict[str, float]:
 
     engine = VLLMEngine(model, VLLMSettings(dtype="float32", max_model_len=512, process_mode=mode))
     group = group_push(engine, model, repeats)
+    shared_rate = shared_push(engine, model, repeats)
     state = {k: v.clone() for k, v in load_file(str(pathlib.Path(model) / "model.safetensors")).items()}
     ours, bare = [], []
     with tempfile.TemporaryDirectory() as root:
@@ -65,7 +73,12 @@ def measure(model: str, mode: str, repeats: int) -> dict[str, float]:
                 ours.append(1 / (t1 - t0))
                 bare.append(1 / (t2 - t1))
     engine.close()
-    return {"ours": statistics.median(ours), "baseline": statistics.median(bare), "group": group}
+    return {
+        "ours": statistics.median(ours),
+        "baseline": statistics.median(bare),
+        "group": group,
+        "shared": shared_rate,
+    }
 
 
 BUCKET_BYTES = 256 << 20  # the synchronizer's default (services/synchronizer/core.py)
@@ -117,6 +130,56 @@ def send(port: int, model: str, repeats: int) -> None:
             group.send(state, manifest, BUCKET_BYTES)
 
 
+def shared_push(engine: object, model: str, repeats: int) -> float:
+    """Pushes/s of mode colocate's path (lock + VLLMEngine.load_shared); the first push is a warm-up."""
+    from services.synchronizer.transfer import shared
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if pathlib.Path("/dev/shm").is_dir() else None) as root:
+        cmd = [sys.executable, __file__, "--share", root, "--model", model, "--repeats", str(repeats)]
+        sender = subprocess.Popen(cmd)
+        rates = []
+        for version in range(1, repeats + 2):
+            while shared.read_version(root) != version:
+                if sender.poll() is not None:
+                    raise SystemExit(f"the sharing process exited with {sender.returncode}")
+                time.sleep(0.001)
+            t0 = time.perf_counter()
+            lock = shared.WeightsLock(root)
+            lock.acquire(False)
+            engine.load_shared(root)  # type: ignore[attr-defined]
+            lock.close()
+            if version > 1:
+                rates.append(1 / (time.perf_counter() - t0))
+            (pathlib.Path(root) / "ACK").write_text(str(version))
+        if sender.wait(120) != 0:
+            raise SystemExit(f"the sharing process exited with {sender.returncode}")
+    return statistics.median(rates)
+
+
+def share(directory: str, model: str, repeats: int) -> None:
+    """The trainer's side of shared_push: the model's parameters in shared files, changed in place
+    under the exclusive lock before each version, which waits for the previous one's ACK."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from services.synchronizer.transfer import shared
+
+    module = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.float32)
+    lock = shared.WeightsLock(directory)
+    ack = pathlib.Path(directory) / "ACK"
+    with lock.exclusive():
+        shared.share_parameters(module, directory, 1)
+    for version in range(2, repeats + 2):
+        while not ack.exists() or ack.read_text() != str(version - 1):
+            time.sleep(0.001)
+        with lock.exclusive(), torch.no_grad():
+            for param in module.parameters():
+                param.add_(1e-6)
+            shared.write_version(directory, version)
+    while not ack.exists() or ack.read_text() != str(repeats + 1):
+        time.sleep(0.001)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -125,9 +188,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mode", choices=("in_process", "multiprocess"), help="measure one mode (internal)")
     parser.add_argument("--send", type=int, help="the group path's sender, on this store port (internal)")
+    parser.add_argument("--share", help="the shared path's trainer side, in this directory (internal)")
     args = parser.parse_args()
     if args.send:
         send(args.send, args.model, args.repeats)
+        return
+    if args.share:
+        share(args.share, args.model, args.repeats)
         return
     if args.mode:
         print(json.dumps(measure(args.model, args.mode, args.repeats)))
@@ -143,6 +210,7 @@ def main() -> None:
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         figures["ratio"] = figures["ours"] / figures["baseline"]
         figures["group_ratio"] = figures["group"] / figures["baseline"]
+        figures["shared_ratio"] = figures["shared"] / figures["baseline"]
         modes[mode] = {k: round(v, 3) for k, v in figures.items()}
     worst = min(modes, key=lambda m: modes[m]["ratio"])
     result = {

@@ -8,11 +8,18 @@ are settled until the explorer next asks the synchronizer, so the trainer's upda
 exclusively) never lands while a step or an evaluation generates. The version the explorer reports
 for its rows is the one the trainer wrote beside the weights under that lock, so a row's version
 is the weights' even when a restarted explorer got there after the trainer had moved on.
+
+A vLLM engine cannot run on the trainer's tensors (it keeps its own layout: fused projections, on
+CPU weights packed for its matmuls), so it copies each version from the shared files into its own
+parameters (VLLMEngine.load_shared: the worker maps the files itself, only their directory crosses
+a process boundary). The lock is held shared for that copy only, and the version labelling the
+rows is the one written beside the weights then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from services.common.logging import get_logger
@@ -32,9 +39,13 @@ class SharedWeightSync(ServiceWeightSync):
         self.partial = False  # weights change only between steps, under the lock
         self.directory: str | None = None  # set by the first version loaded
         self.shared_lock: shared.WeightsLock | None = None
+        self.copies = all(hasattr(e.engine, "load_shared") for e in pool.engines)
+        """The engines copy each version from the shared files (vLLM) instead of mapping them once."""
 
     async def before_step(self, step: int) -> int | None:
         """Let the trainer update while the synchronizer holds us; take the lock back before the step."""
+        if self.copies:  # nothing held between loads: the engine reads its own copy
+            return await super().before_step(step)
         if self.shared_lock is not None:
             await asyncio.to_thread(self.shared_lock.release)
         loaded = await super().before_step(step)
@@ -51,17 +62,45 @@ class SharedWeightSync(ServiceWeightSync):
         return loaded
 
     async def _load(self, step: int, version: Any, *, mid_batch: bool = False) -> int:
-        """Attach to the shared weights (the first time) and report the sync; no tensor moves."""
+        """Attach to the shared weights (the first time; vLLM: copy them) and report the sync."""
         number, directory = int(version.version), str(version.checkpoint_path)
+        held = number
         async with self.lock:
-            if directory != self.directory:
+            if self.copies:
+                held = await self._copy(directory, number)
+            elif directory != self.directory:
                 await self._attach(directory, number)
             else:
                 for engine in self.pool.engines:
                     await engine.update_weights_async(lambda e: None, number)
         await self.client.report_sync(number, True)
         self.last_sync_step = step - 1
-        return number
+        return held
+
+    async def _copy(self, directory: str, number: int) -> int:
+        """Copy the shared weights into every engine under the shared lock; returns the version they
+        hold (the trainer's VERSION, read under the same lock; the ledger's `number` if none)."""
+        lock = shared.WeightsLock(directory)
+        started = time.perf_counter()
+        await asyncio.to_thread(lock.acquire, False)
+        try:
+            written = shared.read_version(directory)
+            held = written if written is not None else number
+            size = 0
+            for engine in self.pool.engines:
+                size += await engine.update_weights_async(lambda e: e.load_shared(directory), held)  # type: ignore[attr-defined]
+        except Exception as exc:
+            await self.client.report_sync(number, False, f"copying {directory}: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            await asyncio.to_thread(lock.close)
+        if held != number:
+            log.warning("shared_weights_newer", ledger_version=number, weights_version=held)
+        seconds = round(time.perf_counter() - started, 3)
+        log.info(
+            "weights_copied", directory=directory, mib=round(size / 2**20, 1), version=held, seconds=seconds
+        )
+        return held
 
     async def _attach(self, directory: str, number: int) -> None:
         lock = shared.WeightsLock(directory)

@@ -1,11 +1,12 @@
 """The vLLM engine with its engine core in a child process (vLLM's default on GPU): weights travel as
-a safetensors blob; a dead engine process is reported, naming the cause.
+a safetensors blob (shared weights in mode colocate: only their directory); a dead engine process is reported, naming the cause.
 
 The checks run in a fresh interpreter (this file as a script): vLLM's process-level switches, once an
 in-process engine has run in the pytest process, do not go back to multiprocess there."""
 
 from __future__ import annotations
 
+import copy
 import os
 import pathlib
 import signal
@@ -21,6 +22,7 @@ from services.common.errors import Unavailable
 from services.explorer.engines.base import SamplingParams
 from services.explorer.engines.vllm_engine import VLLMEngine, VLLMSettings
 from services.models.loading import builtin_tokenizer
+from services.synchronizer.transfer.shared import share_parameters
 from tests.conftest import REPO
 from tests.vllm.conftest import build_tiny_llama
 from tests.vllm.test_engine import PROMPTS, hf_greedy, hf_logprobs
@@ -66,6 +68,19 @@ def check_multiprocess_engine(path: pathlib.Path) -> None:
             for g in engine.generate_batch(PROMPTS, SamplingParams(temperature=0.0, max_tokens=8))
         ]
         assert restored == [hf_greedy(model, p, 8) for p in PROMPTS] and perturbed != restored
+
+        # mode colocate: only the directory crosses to the engine core, which maps the files itself
+        trainer = copy.deepcopy(model)
+        with torch.no_grad():
+            for param in trainer.parameters():
+                param.add_(0.05 * torch.randn(param.shape, generator=gen))
+        share_parameters(trainer, str(path.parent / "shared"), 1)
+        engine.load_shared(str(path.parent / "shared"))
+        shared = [
+            g[0].response_ids.tolist()
+            for g in engine.generate_batch(PROMPTS, SamplingParams(temperature=0.0, max_tokens=8))
+        ]
+        assert shared == [hf_greedy(trainer, p, 8) for p in PROMPTS] and shared != restored
 
         engine_processes = children(os.getpid())  # vLLM's engine core (this test starts no other child)
         assert engine_processes

@@ -3,8 +3,9 @@ driving the sync), checked once when the config loads.
 
 Here the two stay separate processes, as in mode both, but hold one copy of the policy's weights:
 the trainer's parameters live in shared memory and the explorer's transformers engine maps them
-(services/synchronizer/transfer/shared.py). That fixes what the rest of the config may say: one
-rollout engine of the transformers kind (vLLM allocates and loads its own weights), one trainer
+(services/synchronizer/transfer/shared.py); a vLLM engine, which keeps its own layout, copies each
+version from them (no checkpoint, no socket). That fixes what the rest of the config may say: one
+rollout engine (either kind), one trainer
 process (an FSDP shard is not the whole model), no LoRA (the engine would need the merged weights,
 a copy), and the on-policy plan, in which the explorer always waits for the version the trainer
 just made, so the two take turns on the device.
@@ -18,12 +19,6 @@ from typing import Any
 def colocate_problem(cfg: Any) -> str | None:
     """The first key that mode colocate cannot run with, as a message naming it; None when it can."""
     rollout, sync = cfg.explorer.rollout_model, cfg.synchronizer
-    if rollout.engine_type != "transformers":
-        return (
-            f"mode colocate with explorer.rollout_model.engine_type {rollout.engine_type!r}: the engine maps the "
-            "trainer's weights in place, which only the transformers engine does here (vLLM loads its own copy); "
-            "set engine_type: transformers, or use mode both"
-        )
     if rollout.engine_num != 1 or cfg.explorer.replicas != 1:
         return (
             "mode colocate runs one rollout engine beside the trainer: set explorer.rollout_model.engine_num 1 "

@@ -11,7 +11,8 @@ Weights: `update_weights` validates names, shapes and dtypes against the model's
 layout (its safetensors headers) *before* anything reaches vLLM, so a wrong update is refused
 and the engine keeps serving the previous version intact. The tensors then go through the
 worker's `reload_weights` (vllm_worker.py): passed as they are in-process, as one safetensors blob
-to an engine-core child. Should vLLM still fail half-way, the engine refuses to generate (loudly)
+to an engine-core child. In mode colocate `load_shared` hands the worker only the directory of the
+trainer's shared weights, and the worker maps them itself. Should vLLM still fail half-way, the engine refuses to generate (loudly)
 until a complete update succeeds: it never serves a mix of two versions.
 """
 
@@ -345,8 +346,38 @@ class VLLMEngine(InferenceEngine):
             pairs = [(name, t) for name, t in pairs if name != "lm_head.weight"]
         self.validate(pairs)
         payload: Any = pairs if self.in_process else _safetensors_blob(pairs)
+        self._reload("trinity_update_weights", (payload,), self._complete(pairs))
+
+    def load_shared(self, directory: str) -> int:
+        """mode colocate: the trainer's weights from the files it shares (transfer/shared.py); returns
+        the bytes loaded. Validated from the manifest first (names, shapes, dtypes); then only the
+        directory reaches the worker, which maps the files in its own process (an engine-core child
+        too) and reloads from them: no checkpoint, no socket, no blob. vLLM keeps its own copy in its
+        own layout (fused projections, packed CPU weights), so the trainer's next update changes
+        nothing here until the next load."""
+        import torch
+
+        from services.synchronizer.transfer.shared import read_manifest
+
+        skip = ["lm_head.weight"] if self.tied else []
+        shapes = [
+            (
+                e["name"],
+                torch.empty(
+                    e["shape"], dtype=getattr(torch, e["dtype"].removeprefix("torch.")), device="meta"
+                ),
+            )
+            for e in read_manifest(directory)
+            if e["name"] not in skip
+        ]
+        self.validate(shapes)
+        self._reload("trinity_load_shared", (directory, skip), self._complete(shapes))
+        return sum(t.numel() * t.element_size() for _, t in shapes)
+
+    def _reload(self, method: str, args: tuple[Any, ...], complete: bool) -> None:
+        """The worker's `method`; a failure marks the engine broken until a complete update succeeds."""
         try:
-            self.llm.collective_rpc("trinity_update_weights", args=(payload,))
+            self.llm.collective_rpc(method, args=args)
         except Exception as exc:
             self.broken = f"{type(exc).__name__}: {exc}"
             raise FailedPrecondition(
@@ -354,7 +385,7 @@ class VLLMEngine(InferenceEngine):
                 f"update succeeds: {self.broken}",
                 field="weights",
             ) from exc
-        if self.broken is not None and self._complete(pairs):
+        if self.broken is not None and complete:
             self.broken = None
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
 

@@ -2,7 +2,7 @@
 
 vLLM calls these methods by name through `LLM.collective_rpc`, in whichever process the worker
 lives (the explorer's own with `process_mode: in_process`, an engine-core child otherwise), so
-nothing here may rely on the explorer's state. Only torch, safetensors and vLLM are imported.
+nothing here may rely on the explorer's state. (Imports: see the end of this docstring.)
 
 - `trinity_update_weights`: new weights in the checkpoint (Hugging Face) layout, through the
   worker's `reload_weights`, which re-runs vLLM's post-load processing (on CPU the linear layers are
@@ -29,7 +29,11 @@ nothing here may rely on the explorer's state. Only torch, safetensors and vLLM 
   (services.common.logging.log_benign), not to `trinity run`'s console; a class that does own
   weights keeps its warning on the console.
 
-Only torch, safetensors, vLLM and services.common.logging (structlog) are imported.
+- `trinity_load_shared`: mode colocate; the same reload, from the trainer's shared weights, which
+  this process maps itself (services/synchronizer/transfer/shared.py): only a path crosses over.
+
+Only torch, safetensors, vLLM, services.common.logging (structlog) and, for colocate, the
+synchronizer's shared-weights module (torch only) are imported.
 """
 
 from __future__ import annotations
@@ -165,6 +169,19 @@ class TrinityWorkerExtension:
             _QUIET_CLASSES.reset(token)
         repack_tied_modules(self.model_runner.model)  # the tied head serves the pushed embedding
         return len(pairs)
+
+    def trinity_load_shared(self, directory: str, skip: list[str]) -> int:
+        """mode colocate: reload from the trainer's shared weights in `directory` (names in `skip` left
+        out); returns how many tensors. The files are mapped once per directory, in this process,
+        and the mapping kept: the trainer updates them in place, so each later load reads the new
+        values from the same pages (under the lock the explorer holds around the load)."""
+        cached: tuple[str, list[tuple[str, Any]]] | None = getattr(self, "_trinity_shared", None)
+        if cached is None or cached[0] != directory:
+            from services.synchronizer.transfer.shared import mapped_tensors
+
+            cached = (directory, [(n, t) for n, t in mapped_tensors(directory) if n not in skip])
+            self._trinity_shared = cached
+        return self.trinity_update_weights(cached[1])
 
     def trinity_quiet_reload_warnings(self) -> list[str]:
         """From now on, reload warnings of `quiet_classes(model)` go to the log, not the console (see

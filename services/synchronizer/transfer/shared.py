@@ -107,14 +107,7 @@ def share_parameters(module: torch.nn.Module, directory: str, version: int) -> i
 def attach_parameters(module: torch.nn.Module, directory: str) -> int:
     """Explorer: point every parameter of `module` at the trainer's mapped files (the module is
     first cast to their dtype); returns the bytes now shared. Names and shapes must match."""
-    path = os.path.join(directory, MANIFEST)
-    try:
-        with open(path) as f:
-            entries = {e["name"]: e for e in json.load(f)["parameters"]}
-    except FileNotFoundError:
-        raise FailedPrecondition(
-            f"no shared weights at {directory} (the trainer writes {MANIFEST})"
-        ) from None
+    entries = {e["name"]: e for e in read_manifest(directory)}
     params = _unique_parameters(module)
     missing = [name for name, _ in params if name not in entries]
     if missing:
@@ -140,6 +133,31 @@ def attach_parameters(module: torch.nn.Module, directory: str) -> int:
             param.data = _map(os.path.join(directory, entry["file"]), dtype, shape)
             total += param.numel() * param.element_size()
     return total
+
+
+def read_manifest(directory: str) -> list[dict]:
+    """The trainer's manifest: one {name, file, shape, dtype} per shared parameter, in its order."""
+    try:
+        with open(os.path.join(directory, MANIFEST)) as f:
+            entries: list[dict] = json.load(f)["parameters"]
+    except FileNotFoundError:
+        raise FailedPrecondition(
+            f"no shared weights at {directory} (the trainer writes {MANIFEST})"
+        ) from None
+    return entries
+
+
+def mapped_tensors(directory: str) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every shared parameter, each mapped from the trainer's file: no copy is
+    made, and the tensors follow the trainer's in-place updates. For an engine that loads weights
+    into its own layout (vLLM): it reads them from here instead of from a checkpoint or a socket."""
+    out = []
+    for entry in read_manifest(directory):
+        dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
+        out.append(
+            (entry["name"], _map(os.path.join(directory, entry["file"]), dtype, tuple(entry["shape"])))
+        )
+    return out
 
 
 def write_version(directory: str, version: int) -> None:

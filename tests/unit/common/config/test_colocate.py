@@ -20,7 +20,6 @@ def test_colocate_defaults_sync_in_place_through_the_checkpoint_plan() -> None:
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
-        ({"explorer": {"rollout_model": {"engine_type": "vllm"}}}, "engine_type"),
         ({"explorer": {"rollout_model": {"engine_num": 2}}}, "engine_num"),
         ({"explorer": {"replicas": 2}}, "explorer.replicas"),
         ({"explorer": {"rollout_model": {"tensor_parallel_size": 2}}}, "tensor_parallel_size"),
@@ -34,6 +33,12 @@ def test_what_colocate_cannot_run_with_is_refused_by_name(extra: dict, key: str)
     with pytest.raises(ConfigError, match="mode colocate") as err:
         validate_config({**COLOCATE, **extra})
     assert key in str(err.value)
+
+
+@pytest.mark.parametrize("engine_type", ["transformers", "vllm", "vllm_async"])
+def test_colocate_runs_with_either_engine(engine_type: str) -> None:
+    cfg = validate_config({**COLOCATE, "explorer": {"rollout_model": {"engine_type": engine_type}}})
+    assert cfg.mode == "colocate" and cfg.synchronizer.in_place
 
 
 def test_lora_is_refused_in_colocate() -> None:
