@@ -3,8 +3,8 @@
 Each sequence of a batch is one request to vLLM's LLMEngine (`add_request`, n = 1); the loop calls
 `step()` until none is left, with DELTA outputs: every step returns the tokens sampled since the
 last one, which are appended to their row and handed to `on_token` as they come. This is the loop
-LLM.generate runs itself (it only asks for final outputs instead), and as fast (vllm_engine.py's
-docstring has the measurement), so it serves every batch, streaming or not.
+LLM.generate runs itself (it only asks for final outputs instead), as fast on a real model
+(vllm_engine.py's docstring has the measurement), so it serves every batch, streaming or not.
 
 Partial rollouts. Between two steps, the loop first calls the test hook `before_token(t)` (t: the
 most tokens any row holds, the index of the batch's next token; mid_step.arm_hold) and then looks
@@ -66,7 +66,7 @@ class Row:
             prompt_ids=self.prompt,
             response_ids=np.asarray(self.ids, dtype=np.int64),
             logprobs=np.asarray(self.logprobs, dtype=np.float32),
-            finish_reason=self.finish or "length",
+            finish_reason=self.finish or "length",  # set for every row returned (StepLoop.run)
             token_versions=np.asarray(self.versions, dtype=np.int64),
         )
 
@@ -96,30 +96,34 @@ class StepLoop:
         self.sampling = sampling
         self.host = host
         self.on_token = on_token
+        self.rows: list[Row] = []
         self.live: dict[str, int] = {}
-        """request id (the one asked for and the one vLLM returns) -> row, for the requests running."""
+        """request id (the one asked for and the one vLLM returns) -> row, since the last abort."""
         self.asked: list[str] = []
-        """The ids asked for of the requests running (what abort_request takes)."""
+        """The ids asked for since the last abort (what abort_request takes; a finished one is a no-op)."""
 
     def run(self, prompts: list[list[int]]) -> list[GenerationOutput]:
-        rows = [Row(list(p)) for p in prompts]
+        rows = self.rows = [Row(list(p)) for p in prompts]
         try:
             for index in range(len(rows)):
-                self._add(rows, index)
+                self._add(index)
             while self.engine.has_unfinished_requests():
                 if self.host.before_token is not None:
                     self.host.before_token(max(len(row.ids) for row in rows))
                 if self.host.pending_weights:
-                    self._switch(rows)
+                    self._switch()
                 for out in self.engine.step():
-                    self._take(rows, out)
+                    self._take(out)
         except BaseException:
             self._abort()
             raise
+        unfinished = [index for index, row in enumerate(rows) if row.finish is None]
+        if unfinished:  # vLLM dropped a request without a final output: never hand out a cut row as whole
+            raise RuntimeError(f"vLLM has no request left but rows {unfinished} of the batch never finished")
         return [row.output() for row in rows]
 
-    def _add(self, rows: list[Row], index: int) -> None:
-        row = rows[index]
+    def _add(self, index: int) -> None:
+        row = self.rows[index]
         max_tokens, min_tokens = resume_limits(self.params, len(row.ids))
         asked = f"trinity-{next(_request_ids)}"
         request = {"prompt_token_ids": [*row.prompt, *row.ids]}
@@ -132,25 +136,29 @@ class StepLoop:
             self.engine.abort_request(self.asked)
         self.live, self.asked = {}, []
 
-    def _switch(self, rows: list[Row]) -> None:
+    def _switch(self) -> None:
         """Abort the running requests, load the pushed weights, add each unfinished row again."""
         self._abort()
         self.host.apply_pending_weights()
-        for index, row in enumerate(rows):
+        for index, row in enumerate(self.rows):
             if row.finish is None:
-                self._add(rows, index)
+                self._add(index)
 
-    def _take(self, rows: list[Row], out: Any) -> None:
+    def _take(self, out: Any) -> None:
         index = self.live.get(out.request_id)
         if index is None:  # a request aborted at a switch (vLLM drops these itself; kept safe)
             return
-        row, completion = rows[index], out.outputs[0]
-        version = self.host.model_version
-        for token, step in zip(completion.token_ids, completion.logprobs or [], strict=True):
-            row.ids.append(int(token))
-            row.logprobs.append(float(step[token].logprob))  # {token id: Logprob}; the sampled one is there
-            row.versions.append(version)
-            if self.on_token is not None:
-                self.on_token(index, int(token), row.logprobs[-1])
+        row, completion = self.rows[index], out.outputs[0]
+        tokens = completion.token_ids
+        # one {token id: Logprob} per token; the sampled one is always there
+        logprobs = [
+            step[token].logprob for token, step in zip(tokens, completion.logprobs or [], strict=True)
+        ]
+        row.ids.extend(tokens)
+        row.logprobs.extend(logprobs)
+        row.versions.extend([self.host.model_version] * len(tokens))
+        if self.on_token is not None:
+            for token, logprob in zip(tokens, logprobs, strict=True):
+                self.on_token(index, int(token), float(logprob))
         if out.finished:
             row.finish = "stop" if completion.finish_reason == "stop" else "length"
