@@ -2,13 +2,15 @@
 engines between two tokens, and the in-flight sequences go on under it (no token is discarded).
 
 When (services/synchronizer/plan.py, load_during_step): `sync_style: fully_async` with
-`sync_method: checkpoint`, engines that can take weights mid-batch (the transformers engine;
-BatchingEngine.can_push_weights), and a check that was due before the step and has loaded nothing
-yet. Then the step runs with a watch (MidStepWatch) that waits for a version newer than the one held
+`sync_method: checkpoint`, engines that can take weights mid-batch (both engine types:
+BatchingEngine.can_push_weights; the transformers engine rebuilds its KV cache in its own loop, the
+vLLM engine aborts its running requests between two steps and adds them again from their tokens so
+far, engines/vllm_stream.py), and a check that was due before the step and has loaded nothing yet. Then the step runs with a watch (MidStepWatch) that waits for a version newer than the one held
 (WaitForVersion), fetches it (WeightReceiver.receive, which reports the sync to the synchronizer as a
 boundary load does) and pushes it into every engine. At most one load per step; a fetch under way
 when the step ends is finished (the synchronizer already counts the version as held), a wait is
-cancelled. vLLM engines and nccl broadcasts load between steps only.
+cancelled. nccl broadcasts load between steps only (a version's weight group is formed when it is
+published; plan.load_during_step).
 
 Each experience records the versions that produced it (ModelWrapper: `info["model_versions"]`,
 ascending, and `info["version_starts"]`, the response token where each begins); its `model_version`
@@ -127,8 +129,10 @@ def hold_token() -> int | None:
 
 
 def arm_hold(engines: Sequence[Any], token: int, timeout_s: float = HOLD_TIMEOUT_S) -> None:
-    """Test hook: each transformers engine stops before token `token` of its next batch that gets
-    that far, until weights are pushed into it or `timeout_s` passed; once per engine."""
+    """Test hook: each engine stops before token `token` of its next batch that gets that far, until
+    weights are pushed into it or `timeout_s` passed; once per engine. Engines call `before_token(t)`
+    with the index of the batch's next token (the vLLM engine: the most tokens any of its sequences
+    holds), between two tokens where pushed weights load next."""
     for batching in engines:
         engine = batching.engine
 

@@ -1,5 +1,6 @@
 """The vLLM engine with its engine core in a child process (vLLM's default on GPU): weights travel as
-a safetensors blob (shared weights in mode colocate: only their directory); a dead engine process is reported, naming the cause.
+a safetensors blob, also when pushed mid-generation (partial rollouts); shared weights in mode
+colocate: only their directory; a dead engine process is reported, naming the cause.
 
 The checks run in a fresh interpreter (this file as a script): vLLM's process-level switches, once an
 in-process engine has run in the pytest process, do not go back to multiprocess there."""
@@ -26,6 +27,7 @@ from services.synchronizer.transfer.shared import share_parameters
 from tests.conftest import REPO
 from tests.vllm.conftest import build_tiny_llama
 from tests.vllm.test_engine import PROMPTS, hf_greedy, hf_logprobs
+from tests.vllm.test_partial_rollouts import check_push_mid_generation
 
 
 def children(pid: int) -> list[int]:
@@ -68,6 +70,9 @@ def check_multiprocess_engine(path: pathlib.Path) -> None:
             for g in engine.generate_batch(PROMPTS, SamplingParams(temperature=0.0, max_tokens=8))
         ]
         assert restored == [hf_greedy(model, p, 8) for p in PROMPTS] and perturbed != restored
+        # partial rollouts: the engine core runs ahead of the step loop here; the rows still go on
+        # from the tokens they hold (test_partial_rollouts.py)
+        check_push_mid_generation(engine, model, lockstep=False)
 
         # mode colocate: only the directory crosses to the engine core, which maps the files itself
         trainer = copy.deepcopy(model)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
@@ -222,8 +223,9 @@ class BatchingEngine:
 
     def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Partial rollouts: load weights between two tokens of the batch generating now (it goes
-        on under them), or at once when none is; returns when they are in. For engines with
-        `push_weights` (TransformersEngine); others load them between batches (with_weights_locked)."""
+        on under them), or at once when none is; returns when they are in, raises why they could
+        not be loaded. For engines with `push_weights` (TransformersEngine, VLLMEngine:
+        weight_pushes.py); others load them between batches (with_weights_locked)."""
         push = getattr(self.engine, "push_weights", None)
         if push is None:
 
@@ -237,9 +239,12 @@ class BatchingEngine:
         while not done.wait(0.01):
             if self._lock.acquire(blocking=False):  # no batch generating: load them here
                 try:
-                    self.engine.apply_pending_weights()  # type: ignore[attr-defined]
+                    with contextlib.suppress(Exception):  # a failed load is the push's error, raised below
+                        self.engine.apply_pending_weights()  # type: ignore[attr-defined]
                 finally:
                     self._lock.release()
+        if done.error is not None:
+            raise done.error
 
     async def push_weights_async(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> None:
         await asyncio.to_thread(self.push_weights, version, named_tensors)

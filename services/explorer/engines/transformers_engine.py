@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,6 +28,7 @@ import torch
 
 from services.common.errors import InvalidArgument
 from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams, TokenSink
+from services.explorer.engines.weight_pushes import WeightPush, WeightPushes
 from services.explorer.engines.weights import copy_into_module
 from services.models.loading import context_length
 
@@ -101,35 +101,24 @@ class TransformersEngine(InferenceEngine):
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         self.model_version = 0
         """The version of the weights loaded (push_weights and versioned loads set it; 0: the base model)."""
-        self._pending: list[tuple[int, list[tuple[str, Any]], threading.Event]] = []
-        self._pending_lock = threading.Lock()
+        self.pushes = WeightPushes()
         self.before_token: Callable[[int], None] | None = None
         """Test hook: called with the token index before each decoding step of a batch."""
 
-    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> threading.Event:
+    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> WeightPush:
         """Queue weights to load at the next token boundary of the generating batch (partial
         rollouts); the event is set once they are in. With no batch generating, the caller loads
         them with apply_pending_weights under the engine's lock (BatchingEngine.push_weights_async)."""
-        done = threading.Event()
-        with self._pending_lock:
-            self._pending.append((int(version), list(named_tensors), done))
-        return done
+        return self.pushes.push(version, named_tensors)
 
     @property
     def pending_weights(self) -> bool:
         """Are pushed weights waiting for the next token boundary?"""
-        with self._pending_lock:
-            return bool(self._pending)
+        return self.pushes.pending
 
     def apply_pending_weights(self) -> bool:
         """Load the queued weights, if any (the newest last); True when weights changed."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, []
-        for version, tensors, done in pending:
-            copy_into_module(self.model, tensors)
-            self.model_version = version
-            done.set()
-        return bool(pending)
+        return self.pushes.apply(self)
 
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, on_token: TokenSink | None = None
@@ -174,7 +163,7 @@ class TransformersEngine(InferenceEngine):
         for t in range(params.max_tokens):
             if self.before_token is not None:
                 self.before_token(t)
-            if t > 0 and self.apply_pending_weights():
+            if self.apply_pending_weights():
                 # the cache holds the old weights' keys and values: prefill prompt + tokens so far again
                 past = None
                 step_ids = torch.cat([input_ids, tokens[:, :t]], dim=1)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
+import torch
 
+from services.common.errors import NotFound
 from services.explorer.engines.base import BatchingEngine, SamplingParams
 from services.explorer.engines.transformers_engine import TransformersEngine, sequence_logprobs
 from services.models.loading import build_builtin
@@ -35,7 +38,7 @@ def test_weights_pushed_mid_generation_continue_every_sequence_under_the_new_ver
     assert reached.wait(30)
     pusher = threading.Thread(target=batching.push_weights, args=(7, new_weights.items()))
     pusher.start()
-    while not engine._pending:  # queued: the generating batch takes it at the next token
+    while not engine.pending_weights:  # queued: the generating batch takes it at the next token
         pass
     pushed.set()
     outputs = [o for group in future.result(30) for o in group]
@@ -67,4 +70,15 @@ def test_weights_pushed_while_nothing_generates_load_at_once():
     assert engine.model_version == 4
     [[out]] = batching.generate([[5, 6]], SamplingParams(max_tokens=4, temperature=1.0))
     assert set(out.token_versions.tolist()) == {4}
+    batching.close()
+
+
+def test_weights_that_cannot_load_fail_the_push_and_leave_the_version():
+    engine = TransformersEngine(
+        build_builtin("builtin:tiny-arith", seed=1), eos_token_ids=[2], pad_token_id=0
+    )
+    batching = BatchingEngine(engine)
+    with pytest.raises(NotFound, match="no_such.weight"):
+        batching.push_weights(4, [("no_such.weight", torch.zeros(2))])
+    assert engine.model_version == 0 and not engine.pending_weights
     batching.close()
