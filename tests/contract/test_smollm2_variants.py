@@ -16,6 +16,7 @@ EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "smollm2_gr
 # the keys each variant changes from config.yaml (flattened paths)
 CHANGED = {
     "offset1": {"name", "synchronizer.sync_offset"},
+    "colocate": {"name", "mode", "synchronizer.sync_method"},
     "fully_async": {
         "name",
         "algorithm.rollout_correction.rollout_is",
@@ -84,3 +85,5 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
     ]
     assert dapo.data_processor.experience_pipeline.operators[1].args == {"criterion": "std"}
     assert load_config(str(EXAMPLE / "offset1.yaml")).synchronizer.sync_offset == 1
+    colocate = load_config(str(EXAMPLE / "colocate.yaml"))
+    assert colocate.mode == "colocate" and colocate.synchronizer.in_place
