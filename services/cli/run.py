@@ -139,6 +139,7 @@ class StageRunner:
             self.cfg.services.health_wait_s,
             services_cfg=self.cfg.services,
             alive=lambda: proc.returncode is None,
+            finished=lambda: proc.returncode == 0,
         )
         return child
 
