@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from services.explorer.engines.weight_pushes import TakesPushes, WeightPushes
+
 EOS = 2
 
 
@@ -71,13 +73,11 @@ class FakeLLMEngine:
         return outputs
 
 
-class FakeHost:
-    """The engine side of the loop (VLLMEngine's push interface) over a FakeLLMEngine: loading
+class FakeHost(TakesPushes):
+    """The engine side of the loop (VLLMEngine's push interface, the real mixin) over a FakeLLMEngine: loading
     tensors {"w": k} sets the fake's `weights` to k; `refuse[k]` is raised instead for those."""
 
     def __init__(self, engine: FakeLLMEngine) -> None:
-        from services.explorer.engines.weight_pushes import WeightPushes
-
         self.engine = engine
         self.model_version = 0
         self.before_token: Any = None
@@ -92,13 +92,3 @@ class FakeHost:
         if self.engine.requests:
             self.loads_with_requests_running.append(len(self.engine.requests))
         self.engine.weights = weights
-
-    def push_weights(self, version: int, named_tensors: Any) -> Any:
-        return self.pushes.push(version, named_tensors)
-
-    @property
-    def pending_weights(self) -> bool:
-        return self.pushes.pending
-
-    def apply_pending_weights(self) -> bool:
-        return self.pushes.apply(self)

@@ -28,7 +28,7 @@ import torch
 
 from services.common.errors import InvalidArgument
 from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams, TokenSink
-from services.explorer.engines.weight_pushes import WeightPush, WeightPushes
+from services.explorer.engines.weight_pushes import TakesPushes, WeightPushes
 from services.explorer.engines.weights import copy_into_module
 from services.models.loading import context_length
 
@@ -70,7 +70,7 @@ def sample_tokens(
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-class TransformersEngine(InferenceEngine):
+class TransformersEngine(TakesPushes, InferenceEngine):
     """Wraps a loaded `AutoModelForCausalLM` (eval mode, no grad)."""
 
     streams = True
@@ -104,21 +104,6 @@ class TransformersEngine(InferenceEngine):
         self.pushes = WeightPushes()
         self.before_token: Callable[[int], None] | None = None
         """Test hook: called with the token index before each decoding step of a batch."""
-
-    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> WeightPush:
-        """Queue weights to load at the next token boundary of the generating batch (partial
-        rollouts); the event is set once they are in. With no batch generating, the caller loads
-        them with apply_pending_weights under the engine's lock (BatchingEngine.push_weights_async)."""
-        return self.pushes.push(version, named_tensors)
-
-    @property
-    def pending_weights(self) -> bool:
-        """Are pushed weights waiting for the next token boundary?"""
-        return self.pushes.pending
-
-    def apply_pending_weights(self) -> bool:
-        """Load the queued weights, if any (the newest last); True when weights changed."""
-        return self.pushes.apply(self)
 
     def generate_batch(
         self, prompts: list[list[int]], params: SamplingParams, on_token: TokenSink | None = None

@@ -38,7 +38,7 @@ import numpy as np
 from services.common.errors import FailedPrecondition, InvalidArgument, Unavailable
 from services.explorer.engines.base import GenerationOutput, InferenceEngine, SamplingParams, TokenSink
 from services.explorer.engines.vllm_stream import StepLoop
-from services.explorer.engines.weight_pushes import WeightPush, WeightPushes
+from services.explorer.engines.weight_pushes import TakesPushes, WeightPushes
 
 EXTENSION = "services.explorer.engines.vllm_worker.TrinityWorkerExtension"
 CPU_KV_CACHE_GIB = 1.0
@@ -137,7 +137,7 @@ def tied_embeddings(model_path: str) -> bool:
         return False
 
 
-class VLLMEngine(InferenceEngine):
+class VLLMEngine(TakesPushes, InferenceEngine):
     """Wraps `vllm.LLM` (see the module docstring)."""
 
     streams = True
@@ -278,22 +278,6 @@ class VLLMEngine(InferenceEngine):
         return out
 
     # ---- weights -----------------------------------------------------------------------------------
-
-    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> WeightPush:
-        """Queue weights to load between two steps of the generating batch (partial rollouts,
-        vllm_stream.py); the event is set once they are in. With no batch generating, the caller loads
-        them with apply_pending_weights under the engine's lock (BatchingEngine.push_weights)."""
-        return self.pushes.push(version, named_tensors)
-
-    @property
-    def pending_weights(self) -> bool:
-        """Are pushed weights waiting for the next step boundary?"""
-        return self.pushes.pending
-
-    def apply_pending_weights(self) -> bool:
-        """Load the queued weights, if any (update_weights, the newest last); True when weights changed.
-        No request may be running (the step loop aborts them first)."""
-        return self.pushes.apply(self)
 
     def validate(self, named_tensors: list[tuple[str, Any]]) -> None:
         """Refuse, before vLLM sees them, tensors the model's checkpoint layout does not have."""

@@ -78,3 +78,26 @@ class WeightPushes:
             engine.model_version = push.version
             push.done()
         return bool(queued)
+
+
+class TakesPushes:
+    """The partial-rollout interface of an engine (BatchingEngine.push_weights): mixed into
+    TransformersEngine and VLLMEngine, whose generation loops call apply_pending_weights between two
+    tokens (vLLM: between two steps, with no request running). The engine sets `self.pushes`."""
+
+    pushes: WeightPushes
+
+    def push_weights(self, version: int, named_tensors: Iterable[tuple[str, Any]]) -> WeightPush:
+        """Queue weights to load at the generating batch's next boundary; the event is set once they
+        are in. With no batch generating, the caller loads them with apply_pending_weights under the
+        engine's lock (BatchingEngine.push_weights)."""
+        return self.pushes.push(version, named_tensors)
+
+    @property
+    def pending_weights(self) -> bool:
+        """Are pushed weights waiting for the next boundary?"""
+        return self.pushes.pending
+
+    def apply_pending_weights(self) -> bool:
+        """Load the queued weights, if any (update_weights, the newest last); True when weights changed."""
+        return self.pushes.apply(self)  # type: ignore[arg-type]
