@@ -316,15 +316,13 @@ class VLLMEngine(TakesPushes, InferenceEngine):
         nothing here until the next load."""
         import torch
 
-        from services.synchronizer.transfer.shared import read_manifest
+        from services.synchronizer.transfer.shared import dtype_of, read_manifest
 
         skip = ["lm_head.weight"] if self.tied else []
         shapes = [
             (
                 e["name"],
-                torch.empty(
-                    e["shape"], dtype=getattr(torch, e["dtype"].removeprefix("torch.")), device="meta"
-                ),
+                torch.empty(e["shape"], dtype=dtype_of(e["dtype"]), device="meta"),
             )
             for e in read_manifest(directory)
             if e["name"] not in skip

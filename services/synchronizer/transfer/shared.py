@@ -70,6 +70,12 @@ def _unique_parameters(module: torch.nn.Module) -> list[tuple[str, torch.nn.Para
     return list(module.named_parameters())
 
 
+def dtype_of(name: str) -> torch.dtype:
+    """The torch dtype a manifest entry names ("torch.float32")."""
+    dtype: torch.dtype = getattr(torch, name.removeprefix("torch."))
+    return dtype
+
+
 def _map(path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
     numel = 1
     for size in shape:
@@ -118,7 +124,7 @@ def attach_parameters(module: torch.nn.Module, directory: str) -> int:
         )
     dtypes = {entries[name]["dtype"] for name, _ in params}
     if len(dtypes) == 1:
-        module.to(getattr(torch, dtypes.pop().removeprefix("torch.")))
+        module.to(dtype_of(dtypes.pop()))
     total = 0
     with torch.no_grad():
         for name, param in params:
@@ -129,7 +135,7 @@ def attach_parameters(module: torch.nn.Module, directory: str) -> int:
                     f"shared parameter {name} has shape {list(shape)}, the engine's {list(param.shape)}",
                     field="model.model_path",
                 )
-            dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
+            dtype = dtype_of(entry["dtype"])
             param.data = _map(os.path.join(directory, entry["file"]), dtype, shape)
             total += param.numel() * param.element_size()
     return total
@@ -153,7 +159,7 @@ def mapped_tensors(directory: str) -> list[tuple[str, torch.Tensor]]:
     into its own layout (vLLM): it reads them from here instead of from a checkpoint or a socket."""
     out = []
     for entry in read_manifest(directory):
-        dtype = getattr(torch, entry["dtype"].removeprefix("torch."))
+        dtype = dtype_of(entry["dtype"])
         out.append(
             (entry["name"], _map(os.path.join(directory, entry["file"]), dtype, tuple(entry["shape"])))
         )
