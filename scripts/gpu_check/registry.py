@@ -24,5 +24,9 @@ CHECKS: tuple[Check, ...] = (
     Check("fsdp", "FSDP2 on one rank equals the one-process engine", trainer_checks.check_fsdp),
     Check("bench", "benchmarks/trainer_step.py: ours vs the bare torch loop", run_checks.check_bench),
     Check("demo", "the embedded demo (shortened) through trinity run learns", run_checks.check_demo),
-    Check("colocate", "mode colocate on one GPU (CPU only so far: SKIP)", run_checks.check_colocate),
+    Check(
+        "colocate",
+        "mode colocate: one copy of the weights, the engine samples the trainer's",
+        run_checks.check_colocate,
+    ),
 )

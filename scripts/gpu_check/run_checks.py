@@ -1,5 +1,5 @@
-"""The checks that run whole programs: the toy demo through `trinity run`, and benchmarks/trainer_step.py.
-Colocate mode is listed as not implemented.
+"""The checks that run whole programs: the toy demo and mode colocate through `trinity run`, and
+benchmarks/trainer_step.py.
 
 Both run as subprocesses of the same interpreter and PYTHONPATH as the check, so the services use the
 same torch (the device image's on a lent GPU machine) and see the same CUDA device.
@@ -7,6 +7,7 @@ same torch (the device image's on a lent GPU machine) and see the same CUDA devi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -20,13 +21,16 @@ from typing import Any
 import yaml
 
 from scripts.gpu_check import lab
-from scripts.gpu_check.report import CheckFailed, CheckSkipped
+from scripts.gpu_check.report import CheckFailed
 
 SFT_STEPS = 250  # the embedded demo's SFT stage, shortened as tests/integration/test_e2e_run.py does
 GRPO_STEPS = 60
 # (GPU, CPU) limits: on the GPU the whole check must end within 8 minutes; a shared 2-core CPU is slower
 DEMO_TIMEOUT_S = {"cuda": 270, "cpu": 900}
 BENCH_TIMEOUT_S = {"cuda": 120, "cpu": 600}
+COLOCATE_TIMEOUT_S = {"cuda": 150, "cpu": 600}
+COLOCATE_STEPS = 4
+KL_TOL = 1e-4  # |actor/ppo_kl| of a step sampled from the trainer's own fp32 weights (1e-6 seen on CPU)
 ACCURACY = "eval/eval/accuracy/mean@1"
 MIN_GAIN = 0.05  # held-out accuracy must rise at least this much from the untrained model's
 
@@ -84,9 +88,10 @@ def demo_config(default_yaml: str, root: pathlib.Path) -> tuple[dict[str, Any], 
 
 def devices_in_logs(run_dir: pathlib.Path) -> dict[str, list[str]]:
     """{"trainer": [...], "rollout": [...]}: the devices the services reported building on
-    (events trainer_engine_built and rollout_engine_built in <stage>/logs/*.log)."""
+    (events trainer_engine_built and rollout_engine_built in <stage>/logs/*.log, or logs/*.log
+    for a config without stages)."""
     seen: dict[str, set[str]] = {"trainer": set(), "rollout": set()}
-    for log in sorted(run_dir.glob("*/logs/*.log")):
+    for log in sorted([*run_dir.glob("logs/*.log"), *run_dir.glob("*/logs/*.log")]):
         for line in log.read_text(errors="replace").splitlines():
             if not line.startswith("{"):
                 continue
@@ -182,10 +187,112 @@ def check_bench(ctx: lab.Context) -> Mapping[str, Any]:
     return figures
 
 
+def colocate_config(default_yaml: str, root: pathlib.Path) -> tuple[dict[str, Any], list[str]]:
+    """The embedded demo's GRPO job in mode colocate, COLOCATE_STEPS steps: (the config file's tree,
+    the --set items). No SFT stage and no eval tasksets (the untrained model scores 0, so groups are
+    flat); an entropy bonus and a large learning rate move the shared weights far at every step, so
+    an engine sampling from anything but the trainer's current weights shows in `actor/ppo_kl`.
+    Both sides compute in fp32 (`trainer.bf16: false`, `dtype: float32`): the logprobs the engine
+    sampled with then equal the trainer's to float rounding."""
+    tree = yaml.safe_load(default_yaml)
+    tree.pop("stages")
+    tree["name"] = "colocate"
+    tree["mode"] = "colocate"
+    tree["model"]["dtype"] = "float32"
+    tree["buffer"]["explorer_input"]["eval_tasksets"] = []
+    tree["algorithm"].update(entropy_loss_fn="default", entropy_loss_fn_args={"entropy_coef": 0.5})
+    tree["algorithm"]["optimizer"]["lr"] = 3e-2
+    tree["synchronizer"] = {"sync_method": "memory", "sync_interval": 1, "sync_offset": 0}
+    overrides = [
+        f"checkpoint_root_dir={root}",
+        f"buffer.total_steps={COLOCATE_STEPS}",
+        "trainer.bf16=false",
+        "monitor.monitor_type=none",
+        *(f"services.{svc}.port=0" for svc in ("buffer", "synchronizer", "trainer", "explorer")),
+    ]
+    return tree, overrides
+
+
+def events(log: pathlib.Path, name: str) -> list[dict[str, Any]]:
+    """The JSON log records of event `name` in `log` (none if the file is missing)."""
+    found = []
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    for line in lines:
+        if line.startswith("{") and f'"{name}"' in line:
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("event") == name:
+                    found.append(record)
+    return found
+
+
 def check_colocate(ctx: lab.Context) -> Mapping[str, Any]:
-    """mode: colocate shares the weights through host memory (docs/colocate.md): on CUDA the trainer
-    refuses it at start, and on CPU tests/integration/test_colocate_run.py runs it."""
-    raise CheckSkipped(
-        "not implemented on CUDA: mode colocate shares the weights through host memory; CUDA IPC "
-        "between the trainer's and the engine's processes is not built (docs/colocate.md)"
-    )
+    """`trinity run` in mode colocate (colocate_config): the trainer shares its parameters (on a GPU
+    as CUDA IPC records of its own memory, on CPU as mapped files), the explorer's engine attaches to
+    them once and never loads a checkpoint, and every step samples from the weights the trainer just
+    made (`actor/ppo_kl` ~ 0 while each step moves them, staleness 0)."""
+    from services.common.config.loader import default_config_path
+
+    work = ctx.work / "colocate"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    tree, overrides = colocate_config(pathlib.Path(default_config_path()).read_text(), work / "runs")
+    config = work / "colocate.yaml"
+    config.write_text(yaml.safe_dump(tree, sort_keys=False))
+    cmd = [ctx.python, "-m", "services.cli.main", "run", "--config", str(config)]
+    cmd += [a for o in overrides for a in ("--set", o)]
+    log = work / "run.log"
+    t0 = time.perf_counter()
+    code = _run(cmd, ctx, log, COLOCATE_TIMEOUT_S[ctx.device], "trinity run (mode colocate)")
+    wall = time.perf_counter() - t0
+    if code != 0:
+        raise CheckFailed(f"trinity run exited {code}: {_tail(log)}", {"wall_s": wall})
+    run_dir = work / "runs" / "trinity-grpc" / "colocate"
+    stage = json.loads((run_dir / "summary.json").read_text())["stages"][0]
+    logs = run_dir / "logs"
+    shared = events(logs / "trainer.log", "weights_shared")
+    attached = events(logs / "explorer.log", "weights_attached")
+    progress = run_dir / "trainer" / "progress.jsonl"
+    trained = [json.loads(line)["metrics"] for line in progress.read_text().splitlines() if line.strip()]
+    kls = [abs(float(m["actor/ppo_kl"])) for m in trained]
+    devices = devices_in_logs(run_dir)
+    figures: dict[str, Any] = {
+        "wall_s": wall,
+        "steps": stage["steps"],
+        "shared_device": shared[0].get("device") if shared else None,
+        "attached_mib": attached[0].get("mib") if attached else None,
+        "explorer_cuda_mib_before_attach": attached[0].get("cuda_allocated_mib_before") if attached else None,
+        "explorer_cuda_mib_after_attach": attached[0].get("cuda_allocated_mib") if attached else None,
+        "ppo_kl_max": max(kls, default=None),
+        "grad_norm_min": min((float(m["actor/grad_norm"]) for m in trained), default=None),
+        "trainer_step_peak_mb": max((float(m.get("memory/step_peak_mb", 0)) for m in trained), default=None),
+        "trainer_device": ",".join(devices["trainer"]),
+        "rollout_device": ",".join(devices["rollout"]),
+    }
+    problems = []
+    if stage["status"] != "complete" or stage["steps"] != COLOCATE_STEPS:
+        problems.append(f"the stage is {stage['status']} after {stage['steps']} of {COLOCATE_STEPS} steps")
+    if len(shared) != 1 or len(attached) != 1:
+        problems.append(f"weights shared {len(shared)} and attached {len(attached)} times, not once each")
+    elif not str(shared[0].get("device", "")).startswith(ctx.device):
+        problems.append(f"the trainer shared weights held on {shared[0].get('device')}, not {ctx.device}")
+    elif shared[0]["directory"] != attached[0]["directory"]:
+        problems.append("the explorer attached to another directory than the trainer shared")
+    if events(logs / "explorer.log", "checkpoint_loaded"):
+        problems.append("the explorer loaded a checkpoint")
+    if len(kls) != COLOCATE_STEPS or not all(kl < KL_TOL for kl in kls):
+        problems.append(f"ppo_kl per step {kls}: not all below {KL_TOL} (a stale or separate copy)")
+    if not all(float(m["actor/grad_norm"]) > 0.01 for m in trained):
+        problems.append("a step did not move the weights (grad_norm <= 0.01)")
+    if any(float(m["staleness/max"]) != 0 for m in trained):
+        problems.append("a step trained rows sampled from older weights (staleness > 0)")
+    for role in ("trainer", "rollout"):
+        if devices[role] != [ctx.device]:
+            problems.append(
+                f"the {role} built on {devices[role] or 'an unreported device'}, not {ctx.device}"
+            )
+    if shared and pathlib.Path(shared[0]["directory"]).exists():
+        problems.append("the shared weights' directory outlived the run")
+    if problems:
+        raise CheckFailed("; ".join(problems), figures)
+    return figures

@@ -3,6 +3,8 @@
 The first version the synchronizer names is "loaded" by pointing the engine's parameters at the
 trainer's shared files, in the directory the version names (its own copy is then freed); later
 versions load nothing, since the trainer's optimizer already wrote them where the engine reads.
+On a GPU the engine's parameters are opened on the trainer's CUDA memory instead (cuda_share.py);
+a restarted trainer has new memory (a new `owner` in the manifest), so the engine attaches again.
 What this class adds to the plan is the weights lock: held shared from the moment a step's weights
 are settled until the explorer next asks the synchronizer, so the trainer's update (which holds it
 exclusively) never lands while a step or an evaluation generates. The version the explorer reports
@@ -26,7 +28,7 @@ from services.common.logging import get_logger
 from services.explorer.engines.base import EnginePool
 from services.explorer.weight_sync import ServiceWeightSync
 from services.synchronizer import plan as P
-from services.synchronizer.transfer import shared
+from services.synchronizer.transfer import cuda_share, shared
 
 log = get_logger("explorer.colocate")
 
@@ -38,6 +40,7 @@ class SharedWeightSync(ServiceWeightSync):
         super().__init__(pool, client, receiver, plan)
         self.partial = False  # weights change only between steps, under the lock
         self.directory: str | None = None  # set by the first version loaded
+        self.owner: str | None = None  # on a GPU: whose CUDA memory the engine's parameters are
         self.shared_lock: shared.WeightsLock | None = None
         self.copies = all(hasattr(e.engine, "load_shared") for e in pool.engines)
         """The engines copy each version from the shared files (vLLM) instead of mapping them once."""
@@ -47,6 +50,7 @@ class SharedWeightSync(ServiceWeightSync):
         if self.copies:  # nothing held between loads: the engine reads its own copy
             return await super().before_step(step)
         if self.shared_lock is not None:
+            await asyncio.to_thread(cuda_share.settle)  # our kernels done reading before the trainer writes
             await asyncio.to_thread(self.shared_lock.release)
         loaded = await super().before_step(step)
         if self.shared_lock is None or self.directory is None:
@@ -68,8 +72,8 @@ class SharedWeightSync(ServiceWeightSync):
         async with self.lock:
             if self.copies:
                 held = await self._copy(directory, number)
-            elif directory != self.directory:
-                await self._attach(directory, number)
+            elif directory != self.directory or shared.owner(directory) != self.owner:
+                await self._attach(directory, number)  # first load, or a restarted trainer's GPU memory
             else:
                 for engine in self.pool.engines:
                     await engine.update_weights_async(lambda e: None, number)
@@ -105,7 +109,9 @@ class SharedWeightSync(ServiceWeightSync):
     async def _attach(self, directory: str, number: int) -> None:
         lock = shared.WeightsLock(directory)
         await asyncio.to_thread(lock.acquire, False)
+        before = cuda_share.allocated_mib()
         try:
+            owner = shared.owner(directory)
             size = 0
             for engine in self.pool.engines:
                 size += await engine.update_weights_async(
@@ -121,8 +127,16 @@ class SharedWeightSync(ServiceWeightSync):
             await asyncio.to_thread(lock.release)
         if self.shared_lock is not None:
             self.shared_lock.close()
-        self.directory, self.shared_lock = directory, lock
-        log.info("weights_attached", directory=directory, mib=round(size / 2**20, 1), version=number)
+        self.directory, self.shared_lock, self.owner = directory, lock, owner
+        log.info(
+            "weights_attached",
+            directory=directory,
+            mib=round(size / 2**20, 1),
+            version=number,
+            owner=owner,
+            cuda_allocated_mib_before=before,
+            cuda_allocated_mib=cuda_share.allocated_mib(),
+        )
 
     async def leave(self) -> None:
         await super().leave()

@@ -316,7 +316,7 @@ class VLLMEngine(TakesPushes, InferenceEngine):
         nothing here until the next load."""
         import torch
 
-        from services.synchronizer.transfer.shared import dtype_of, read_manifest
+        from services.synchronizer.transfer.shared import dtype_of, host_manifest
 
         skip = ["lm_head.weight"] if self.tied else []
         shapes = [
@@ -324,7 +324,7 @@ class VLLMEngine(TakesPushes, InferenceEngine):
                 e["name"],
                 torch.empty(e["shape"], dtype=dtype_of(e["dtype"]), device="meta"),
             )
-            for e in read_manifest(directory)
+            for e in host_manifest(directory)
             if e["name"] not in skip
         ]
         self.validate(shapes)

@@ -19,6 +19,10 @@ What is shared: the policy's parameters. What is not: buffers (rotary tables, ma
 builds its own from the model config), the trainer's gradients and optimizer state, the reference
 model, the engine's KV cache. A trainer that restarts from its checkpoint copies those weights into
 the same files, so an explorer attached to them sees the resumed weights.
+
+On a GPU the parameters stay where they are, in the trainer's CUDA memory, and the explorer opens
+that memory through CUDA IPC records written beside the manifest (cuda_share.py): the same one
+copy and the same lock, with the records in place of the files.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from services.common.errors import FailedPrecondition
+from services.synchronizer.transfer import cuda_share
 
 MANIFEST = "manifest.json"
 LOCK = "lock"
@@ -84,36 +90,52 @@ def _map(path: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
 
 
 def share_parameters(module: torch.nn.Module, directory: str, version: int) -> int:
-    """Trainer: move `module`'s parameters into mapped files under `directory` (their values
-    copied once), write the manifest and `version`; returns the bytes shared."""
+    """Trainer: share `module`'s parameters under `directory` and write the manifest and
+    `version`; returns the bytes shared. On CPU each parameter moves into a mapped file (its value
+    copied once); on a GPU nothing moves: the parameters' CUDA IPC records are written instead
+    (cuda_share.py), under a new `owner`."""
     os.makedirs(directory, exist_ok=True)
+    params = _unique_parameters(module)
+    devices = sorted({p.device.type for _, p in params})
+    if devices not in (["cpu"], ["cuda"]):
+        raise FailedPrecondition(
+            f"mode colocate shares a policy held on one CPU or one CUDA device; this one is on {devices}",
+            field="mode",
+        )
     entries, total = [], 0
+    share: dict[str, Any] = {}
     with torch.no_grad():
-        for i, (name, param) in enumerate(_unique_parameters(module)):
-            if param.device.type != "cpu":
-                raise FailedPrecondition(
-                    f"mode colocate shares weights through host memory; parameter {name} is on {param.device}",
-                    field="mode",
-                )
-            file = f"p{i:05d}.bin"
+        for i, (name, param) in enumerate(params):
             shape = tuple(param.shape)
-            mapped = _map(os.path.join(directory, file), param.dtype, shape)
-            mapped.copy_(param.data)
-            param.data = mapped
-            total += mapped.numel() * mapped.element_size()
-            entries.append({"name": name, "file": file, "shape": list(shape), "dtype": str(param.dtype)})
+            entry: dict[str, Any] = {"name": name, "shape": list(shape), "dtype": str(param.dtype)}
+            if param.device.type == "cpu":
+                entry["file"] = file = f"p{i:05d}.bin"
+                mapped = _map(os.path.join(directory, file), param.dtype, shape)
+                mapped.copy_(param.data)
+                param.data = mapped
+            else:
+                entry["device"] = str(param.device)
+            total += param.numel() * param.element_size()
+            entries.append(entry)
+    if devices == ["cuda"]:
+        owner = cuda_share.new_owner()
+        share = {"owner": owner, "cuda_ipc": cuda_share.export([p for _, p in params], directory, owner)}
     tmp = os.path.join(directory, f".{MANIFEST}.tmp")
     with open(tmp, "w") as f:
-        json.dump({"parameters": entries}, f)
+        json.dump({"parameters": entries, **share}, f)
     os.replace(tmp, os.path.join(directory, MANIFEST))
+    if share:
+        cuda_share.remove_stale(directory, share["cuda_ipc"])
     write_version(directory, version)
     return total
 
 
 def attach_parameters(module: torch.nn.Module, directory: str) -> int:
-    """Explorer: point every parameter of `module` at the trainer's mapped files (the module is
-    first cast to their dtype); returns the bytes now shared. Names and shapes must match."""
-    entries = {e["name"]: e for e in read_manifest(directory)}
+    """Explorer: point every parameter of `module` at the trainer's (the module is first cast to
+    their dtype, and moved to their device); returns the bytes now shared. Names and shapes must
+    match. CPU: the mapped files; GPU: the trainer's memory, opened from its CUDA IPC records."""
+    share = read_share(directory)
+    entries = {e["name"]: e for e in share["parameters"]}
     params = _unique_parameters(module)
     missing = [name for name, _ in params if name not in entries]
     if missing:
@@ -122,34 +144,66 @@ def attach_parameters(module: torch.nn.Module, directory: str) -> int:
             "explorer and trainer must load the same model",
             field="model.model_path",
         )
+    for name, param in params:
+        if tuple(param.shape) != tuple(entries[name]["shape"]):
+            raise FailedPrecondition(
+                f"shared parameter {name} has shape {entries[name]['shape']}, the engine's {list(param.shape)}",
+                field="model.model_path",
+            )
+    opened: dict[str, torch.Tensor] = {}
+    if "cuda_ipc" in share:
+        order = [e["name"] for e in share["parameters"]]
+        opened = dict(zip(order, cuda_share.open_tensors(directory, share["cuda_ipc"]), strict=True))
     dtypes = {entries[name]["dtype"] for name, _ in params}
     if len(dtypes) == 1:
         module.to(dtype_of(dtypes.pop()))
+    if opened:
+        module.to(next(iter(opened.values())).device)  # buffers (rotary tables) beside the weights
     total = 0
     with torch.no_grad():
         for name, param in params:
             entry = entries[name]
-            shape = tuple(entry["shape"])
-            if tuple(param.shape) != shape:
-                raise FailedPrecondition(
-                    f"shared parameter {name} has shape {list(shape)}, the engine's {list(param.shape)}",
-                    field="model.model_path",
-                )
-            dtype = dtype_of(entry["dtype"])
-            param.data = _map(os.path.join(directory, entry["file"]), dtype, shape)
+            if opened:
+                param.data = opened[name]
+            else:
+                shape = tuple(entry["shape"])
+                param.data = _map(os.path.join(directory, entry["file"]), dtype_of(entry["dtype"]), shape)
             total += param.numel() * param.element_size()
+    if opened:
+        torch.cuda.empty_cache()  # the engine's own copy, now unused, back to the device
     return total
 
 
-def read_manifest(directory: str) -> list[dict]:
-    """The trainer's manifest: one {name, file, shape, dtype} per shared parameter, in its order."""
+def read_share(directory: str) -> dict[str, Any]:
+    """The whole manifest: "parameters" and, for a share on a GPU, "owner" and "cuda_ipc"."""
     try:
         with open(os.path.join(directory, MANIFEST)) as f:
-            entries: list[dict] = json.load(f)["parameters"]
+            share: dict[str, Any] = json.load(f)
     except FileNotFoundError:
         raise FailedPrecondition(
             f"no shared weights at {directory} (the trainer writes {MANIFEST})"
         ) from None
+    return share
+
+
+def owner(directory: str) -> str | None:
+    """The process whose CUDA memory holds the weights (None on CPU: the files outlive it)."""
+    found = read_share(directory).get("owner")
+    return str(found) if found is not None else None
+
+
+def host_manifest(directory: str) -> list[dict]:
+    """The manifest's entries ({name, file, shape, dtype} per shared parameter, in the trainer's
+    order) for an engine that copies the weights from the host files (vLLM); refused, naming the
+    key, when the trainer shares CUDA memory instead."""
+    share = read_share(directory)
+    if "cuda_ipc" in share:
+        raise FailedPrecondition(
+            f"the weights at {directory} are shared on a GPU (CUDA IPC); an engine that copies them "
+            "(vLLM) reads host files only: use engine_type: transformers, or mode: both",
+            field="explorer.rollout_model.engine_type",
+        )
+    entries: list[dict] = share["parameters"]
     return entries
 
 
@@ -158,7 +212,7 @@ def mapped_tensors(directory: str) -> list[tuple[str, torch.Tensor]]:
     made, and the tensors follow the trainer's in-place updates. For an engine that loads weights
     into its own layout (vLLM): it reads them from here instead of from a checkpoint or a socket."""
     out = []
-    for entry in read_manifest(directory):
+    for entry in host_manifest(directory):
         dtype = dtype_of(entry["dtype"])
         out.append(
             (entry["name"], _map(os.path.join(directory, entry["file"]), dtype, tuple(entry["shape"])))

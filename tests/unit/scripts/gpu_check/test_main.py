@@ -1,5 +1,5 @@
 """scripts/gpu_check/__main__.py: selection from the command line, the summary file, the exit code.
-Only the checks that cost nothing run here (colocate's SKIP; a CUDA-only check hidden by --cpu)."""
+Only the checks that cost nothing run here (the CUDA-only checks, hidden by --cpu: SKIP)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ def test_cpu_run_of_cost_free_checks_writes_the_summary(
     tmp_path: pathlib.Path, capsys, keep_cuda_env
 ) -> None:
     out = tmp_path / "summary.json"
-    code = main(["--cpu", "--only", "bf16,colocate", "--out", str(out), "--work", str(tmp_path / "work")])
+    code = main(["--cpu", "--only", "bf16,device", "--out", str(out), "--work", str(tmp_path / "work")])
     assert code == 0  # two SKIPs are no failure
     lines = capsys.readouterr().out.splitlines()
     assert "SKIP bf16 (0.0 s) -- needs a CUDA device (torch sees none, or --cpu hid it)" in lines
-    assert any(line.startswith("SKIP colocate (") and "not implemented" in line for line in lines)
+    assert "SKIP device (0.0 s) -- needs a CUDA device (torch sees none, or --cpu hid it)" in lines
     summary = json.loads(out.read_text())
-    assert [c["name"] for c in summary["checks"]] == ["bf16", "colocate"]
+    assert [c["name"] for c in summary["checks"]] == ["device", "bf16"]
     assert summary["status"] == "PASS" and summary["counts"] == {"PASS": 0, "FAIL": 0, "SKIP": 2}
     assert summary["environment"]["cpu_forced"] is True and summary["environment"]["cuda_available"] is False
 
