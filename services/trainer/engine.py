@@ -49,6 +49,7 @@ from services.trainer.modeling import (
     accepts_logits_to_keep,
     batch_metrics,
     enable_gradient_checkpointing,
+    read_sums,
 )
 from services.trainer.settings import EngineSettings, lr_factor
 from services.trainer.ulysses import setup_sequence_parallel
@@ -273,7 +274,7 @@ class TrainEngine:
         t_update = time.perf_counter()
         n = len(batch)
         world = self.dist.world_size if self.dist is not None else 1
-        sums: dict[str, float] = {}
+        sums: dict[str, float | Tensor] = {}
         grad_norm = 0.0
         active = rows_to_train(batch, self.algorithm.zero_advantage_is_inert)
         metrics["batch/skipped_rows"] = float(n - len(active))
@@ -303,21 +304,23 @@ class TrainEngine:
                     p.grad = None
             with self._phase("optimizer", metrics):
                 grad_norm = self._clip_and_step()
+        totals = read_sums(sums)  # the step's one device sync for its loss metrics
         if self.dist is not None:
-            sums = all_reduce_sums(sums, self.device)
+            totals = all_reduce_sums(totals, self.device)
         metrics["actor/lr"] = self.optimizer.param_groups[0]["lr"]  # the lr this step used
         self.scheduler.step()
         self.step += 1
-        metrics.update({k if k.startswith(TOP_LEVEL) else f"actor/{k}": v for k, v in sums.items()})
+        metrics.update({k if k.startswith(TOP_LEVEL) else f"actor/{k}": v for k, v in totals.items()})
         metrics["actor/grad_norm"] = grad_norm
         metrics["time/update"] = time.perf_counter() - t_update
         metrics["time/step"] = time.perf_counter() - start
         metrics.update(batch_metrics(batch))
         return metrics
 
-    def _micro_step(self, mb: Batch, share: float, world: int, sums: dict[str, float]) -> None:
+    def _micro_step(self, mb: Batch, share: float, world: int, sums: dict[str, float | Tensor]) -> None:
         """Forward, loss and backward of one micro-batch, its gradients added to the parameters' .grad;
-        its loss parts added to `sums`, weighted by its share of the batch's rows."""
+        its loss parts added to `sums`, weighted by its share of the batch's rows. Tensors stay on the
+        device (read_sums reads them once per step): nothing here waits for the GPU."""
         with self.peaks.phase("forward"):
             logprob, entropy = self.policy(mb.inputs)
             values = self.critic(mb.inputs) if self.critic is not None else None
@@ -328,12 +331,13 @@ class TrainEngine:
         with self.peaks.phase("backward"):
             loss.backward()
         copies = self.sp.size if self.sp is not None else 1  # a group's ranks all add the same numbers
-        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) / world / copies
+        sums["loss"] = sums.get("loss", 0.0) + loss.detach() / world / copies
         for key, value in parts.items():
-            sums[key] = sums.get(key, 0.0) + float(value) * share / copies
+            part = value.detach() if isinstance(value, Tensor) else float(value)
+            sums[key] = sums.get(key, 0.0) + part * share / copies
         if entropy is not None:
             mask = mb.train.action_mask
-            mean_entropy = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+            mean_entropy = (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
             sums["entropy"] = sums.get("entropy", 0.0) + mean_entropy * share / copies
 
     def _chunks(self, batch: Batch, rows: Tensor) -> list[Tensor]:

@@ -1,12 +1,13 @@
 """Model-side pieces of the training step: the critic (a causal LM's backbone plus a value head), the
-data facts reported per step, and what a model's forward accepts. Logprobs and entropy from logits:
-logprobs.py.
+data facts and loss sums reported per step, and what a model's forward accepts. Logprobs and entropy
+from logits: logprobs.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from services.trainer.batching import Batch, ModelInputs
@@ -62,6 +63,16 @@ def batch_metrics(batch: Batch) -> dict[str, float]:
         "critic/rewards/mean": float(batch.train.rewards.mean()),
         "batch/action_tokens": float(mask.sum()),
     }
+
+
+def read_sums(sums: dict[str, float | Tensor]) -> dict[str, float]:
+    """The step's loss metrics as floats: the tensors among them read in one transfer."""
+    keys = [k for k, v in sums.items() if isinstance(v, Tensor)]
+    out = {k: float(v) for k, v in sums.items() if not isinstance(v, Tensor)}
+    if keys:
+        values = torch.stack([torch.as_tensor(sums[k]).float().reshape(()) for k in keys]).tolist()
+        out.update(zip(keys, values, strict=True))
+    return out
 
 
 def accepts_logits_to_keep(model: nn.Module) -> bool:

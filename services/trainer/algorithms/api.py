@@ -29,6 +29,7 @@ No torch.nn modules, no optimizer, no I/O here: every part is a pure function ov
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +38,10 @@ from torch import Tensor
 from services.algorithms.batch import TrainBatch
 
 Source = Literal["experience", "auxiliary"]
+LossMetrics = Mapping[str, float | Tensor]
+"""A micro-batch loss's metrics: floats, or 0-dim tensors left on the device. The engine reads
+the tensors once per step (services/trainer/engine.py): an `.item()` per micro-batch would make the
+CPU wait for the GPU at every micro-batch instead of queueing the next one."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ class Algorithm:
         values: Tensor | None = None,
         *,
         loss_scale: float = 1.0,
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, LossMetrics]:
         """Total scalar loss of this micro-batch, times loss_scale, and Trinity-named metrics.
 
         logprob, entropy: [B, T] under the current policy (grad through logprob and values).

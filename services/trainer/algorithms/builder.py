@@ -20,7 +20,7 @@ from services.common.config.algorithm import AlgorithmConfig
 from services.common.errors import InvalidArgument
 from services.common.registry import check_args
 from services.trainer.algorithms import parts
-from services.trainer.algorithms.api import Algorithm
+from services.trainer.algorithms.api import Algorithm, LossMetrics
 from services.trainer.algorithms.kl import KLTerm
 from services.trainer.algorithms.rollout_correction import RolloutCorrection, reinforce_is_loss
 from services.trainer.algorithms.value_loss import clipped_value_loss
@@ -240,7 +240,7 @@ class CompositeAlgorithm(Algorithm):
         values: Tensor | None = None,
         *,
         loss_scale: float = 1.0,
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, LossMetrics]:
         if self.needs_old_logprob and batch.advantages is None:
             raise InvalidArgument(
                 "call compute_advantages(batch) before compute_loss", field="batch.advantages"
@@ -260,7 +260,7 @@ class CompositeAlgorithm(Algorithm):
         )
         ent_term, ent_metrics = self.entropy_fn(batch, entropy, **self.entropy_args)
         total = loss + kl_term - ent_term
-        metrics = {**metrics, **kl_metrics, **ent_metrics, **corr_metrics}
+        out: dict[str, float | Tensor] = {**metrics, **kl_metrics, **ent_metrics, **corr_metrics}
         if self.use_critic:
             if values is None or batch.values is None or batch.returns is None:
                 raise InvalidArgument(
@@ -275,12 +275,12 @@ class CompositeAlgorithm(Algorithm):
                 loss_agg_mode=self.loss_agg_mode,
             )
             total = total + self.value_args["value_loss_coef"] * vf_loss
-            metrics |= vf_metrics
-        return total * loss_scale, metrics
+            out |= vf_metrics
+        return total * loss_scale, out
 
     def _policy_loss(
         self, batch: TrainBatch, logprob: Tensor, args: dict[str, Any]
-    ) -> tuple[Tensor, dict[str, float], dict[str, float]]:
+    ) -> tuple[Tensor, LossMetrics, dict[str, float]]:
         """The policy loss; in bypass mode with rollout_correction, veRL's per-micro-batch correction
         against the current policy first (rejection narrows the policy loss's mask; IS weights are
         metrics for ppo_clip, the REINFORCE weights for reinforce)."""

@@ -13,29 +13,30 @@ from torch import Tensor
 
 from services.algorithms.batch import TrainBatch
 from services.algorithms.masked import aggregate_loss
+from services.trainer.algorithms.api import LossMetrics
 
 
 def default(
     batch: TrainBatch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
-) -> tuple[Tensor | float, dict[str, float]]:
+) -> tuple[Tensor | float, LossMetrics]:
     """Returns (entropy_coef * aggregated entropy, metrics). Subtract it from the loss."""
     if entropy is None:
         return 0.0, {}
     value = aggregate_loss(entropy, batch.action_mask, loss_agg_mode)
-    return value * entropy_coef, {"entropy_loss": value.item()}
+    return value * entropy_coef, {"entropy_loss": value.detach()}
 
 
 def mix(
     batch: TrainBatch, entropy: Tensor | None, *, entropy_coef: float = 0.0, loss_agg_mode: str = "token-mean"
-) -> tuple[Tensor | float, dict[str, float]]:
+) -> tuple[Tensor | float, LossMetrics]:
     if entropy is None or batch.is_expert is None:
         return default(batch, entropy, entropy_coef=entropy_coef, loss_agg_mode=loss_agg_mode)
     usual = ~batch.is_expert.bool()
     if not usual.any():
         return 0.0, {}
     value = aggregate_loss(entropy[usual], batch.action_mask[usual], loss_agg_mode)
-    return value * entropy_coef, {"entropy_loss": value.item()}
+    return value * entropy_coef, {"entropy_loss": value.detach()}
 
 
-def none(batch: TrainBatch, entropy: Tensor | None) -> tuple[float, dict[str, float]]:
+def none(batch: TrainBatch, entropy: Tensor | None) -> tuple[float, LossMetrics]:
     return 0.0, {}

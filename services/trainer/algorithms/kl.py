@@ -27,6 +27,7 @@ from torch import Tensor
 
 from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
+from services.trainer.algorithms.api import LossMetrics
 
 
 def kl_none(logprob: Tensor, ref_logprob: Tensor) -> Tensor:
@@ -122,7 +123,7 @@ class KLTerm:
         mask: Tensor,
         loss_agg_mode: str,
         old_logprob: Tensor | None = None,
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, LossMetrics]:
         """kl_coef * aggregate(kl(logprob, ref)); metrics kl_loss (unscaled) and kl_coef."""
         if not self.active:
             return logprob.sum() * 0.0, {}
@@ -135,4 +136,4 @@ class KLTerm:
         else:
             kl = self.estimator(logprob, ref_logprob)
         kl_loss = aggregate_loss(kl, mask, loss_agg_mode)
-        return kl_loss * self.kl_coef, {"kl_loss": kl_loss.item(), "kl_coef": self.kl_coef}
+        return kl_loss * self.kl_coef, {"kl_loss": kl_loss.detach(), "kl_coef": self.kl_coef}

@@ -31,8 +31,9 @@ import torch
 from torch import Tensor
 
 from services.algorithms.batch import TrainBatch
+from services.trainer.algorithms.api import LossMetrics
 
-LossOutput = tuple[Tensor, dict[str, float]]
+LossOutput = tuple[Tensor, LossMetrics]
 Prepare = Callable[[TrainBatch, dict[str, Any]], dict[str, Any]]
 
 # tensor parameter name -> how the batch supplies it (a required field missing names itself)

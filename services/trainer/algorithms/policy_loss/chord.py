@@ -104,13 +104,13 @@ def mix_chord_policy_loss(
     sft_loss_agg_mode: str = "token-mean",
     usual_weight: float = 1.0,
     expert_weight: float = 1.0,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, float | Tensor]]:
     usual = ~is_expert
     step = int(model_version.max().item()) + 1 if model_version.numel() else 1
     mu = mu_schedule(step, mu_warmup_steps, mu_decay_steps, mu_peak, mu_valley)
     zero = logprob.sum() * 0.0
     rl, sft = zero, zero
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float | Tensor] = {}
     if usual.any():
         rl, rl_m = ppo_policy_loss(
             logprob[usual],

@@ -47,9 +47,9 @@ def mix_policy_loss(
     clip_ratio_c: float = 3.0,
     grpo_loss_agg_mode: str = "token-mean",
     sft_loss_agg_mode: str = "token-mean",
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, float | Tensor]]:
     usual = ~is_expert
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float | Tensor] = {}
     zero = logprob.sum() * 0.0  # keeps the graph alive when one side is empty
     rl = zero
     if usual.any():

@@ -31,6 +31,7 @@ from torch import Tensor
 from services.algorithms.batch import TrainBatch
 from services.algorithms.masked import aggregate_loss, masked_mean
 from services.common.errors import InvalidArgument
+from services.trainer.algorithms.api import LossMetrics
 from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
@@ -69,7 +70,7 @@ def ppo_policy_loss(
     enable_sequence_masking: bool = False,
     delta_sequence_masking: float = 0.1,
     fallback_to_policy_gradient: bool = False,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, LossMetrics]:
     if clip_ratio_c <= 1.0:
         raise InvalidArgument(
             f"clip_ratio_c must be > 1, got {clip_ratio_c}",
@@ -98,10 +99,10 @@ def ppo_policy_loss(
         }
     pg_loss = aggregate_loss(per_token, action_mask, loss_agg_mode)
     return pg_loss, {
-        "pg_loss": pg_loss.item(),
-        "pg_clipfrac": clipfrac.item(),
-        "pg_clipfrac_lower": clipfrac_lower.item(),
-        "ppo_kl": ppo_kl.item(),
+        "pg_loss": pg_loss.detach(),
+        "pg_clipfrac": clipfrac.detach(),
+        "pg_clipfrac_lower": clipfrac_lower.detach(),
+        "ppo_kl": ppo_kl.detach(),
         **extra,
     }
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 from torch import Tensor
 
 from services.algorithms.masked import masked_mean
+from services.trainer.algorithms.api import LossMetrics
 from services.trainer.algorithms.policy_loss.adapter import batch_loss
 
 
 def sft_loss(
     logprob: Tensor, action_mask: Tensor, *, use_token_level_loss: bool = True
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, LossMetrics]:
     """logprob, action_mask [B, T] -> (loss, {"sft_loss"})."""
     if use_token_level_loss:
         loss = masked_mean(-logprob, action_mask)
     else:
         loss = masked_mean(-logprob, action_mask, dim=1).mean()
-    return loss, {"sft_loss": loss.item()}
+    return loss, {"sft_loss": loss.detach()}
 
 
 sft = batch_loss(sft_loss, name="sft")
