@@ -33,6 +33,7 @@ from typing import Any
 from services.cli import stages as st
 from services.cli.counts import record_counts, record_serve_counts
 from services.cli.curve import learning_curve
+from services.cli.memory_watch import run_watched
 from services.cli.prepare import (
     INFRA,
     LABEL_WIDTH,
@@ -371,8 +372,8 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
             say(
                 f"eval start: {first} = {carried[first]:.4f} (the previous stage's end: same weights and evals)"
             )
-        code = await StageRunner(stage, path, verbose=verbose).run(
-            entry, lambda: st.save_summary(root, summary)
+        code = await run_watched(
+            StageRunner(stage, path, verbose=verbose), entry, lambda: st.save_summary(root, summary)
         )
         if code != 0:
             return code

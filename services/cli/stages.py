@@ -8,6 +8,7 @@ import os
 from collections import Counter
 from typing import Any
 
+from services.cli.memory_watch import format_memory
 from services.cli.phases import format_phases
 from services.common.config import TrinityConfig
 from services.trainer.tally import Tally, read_lines, tally_dir
@@ -188,6 +189,7 @@ def format_table(summary: dict[str, Any]) -> str:
             why = ", ".join(f"{reason} {n}" for reason, n in dropped.items())
             notes.append(f"{entry['name']}: dropped rows: {why}")
         notes += format_phases(entry["name"], entry.get("phases", {}))
+        notes += format_memory(entry["name"], entry.get("memory"))
         if entry.get("updates_lost"):
             notes.append(
                 f"{entry['name']}: {entry['updates_lost']} optimizer steps lost in a trainer crash "

@@ -47,6 +47,12 @@ def test_colocate_run_samples_every_step_from_the_trainers_own_parameters(tmp_pa
     run_dir = tmp_path / "runs" / "fa" / "run"
     summary = stages(run_dir)[0]
     assert summary["status"] == "complete" and summary["steps"] == STEPS, out[-2000:]
+    memory = summary["memory"]  # all services at once (cli/memory_watch.py)
+    assert set(memory["at_peak"]) == {"buffer", "synchronizer", "trainer", "explorer"}, memory
+    assert memory["samples"] > 1 and memory["peak_total_rss_mb"] == pytest.approx(
+        sum(memory["at_peak"].values()), abs=1
+    )
+    assert "all services at once, peak" in out
 
     logs = run_dir / "logs"
     shared = events(logs / "trainer.log", "weights_shared")
