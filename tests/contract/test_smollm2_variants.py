@@ -13,12 +13,15 @@ from services.common.config import load_config
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "smollm2_grpo"
 
+# config.yaml's lean memory settings came after the variants were measured: they keep the earlier ones
+EARLIER = {"explorer.rollout_model.kv_cache_memory_gib", "trainer.micro_batch_size"}
 # the keys each variant changes from config.yaml (flattened paths)
 CHANGED = {
-    "offset1": {"name", "synchronizer.sync_offset"},
-    "colocate": {"name", "mode", "synchronizer.sync_method"},
+    "offset1": {"name", "synchronizer.sync_offset", *EARLIER},
+    "colocate": {"name", "mode", "synchronizer.sync_method", *EARLIER},
     "fully_async": {
         "name",
+        *EARLIER,
         "algorithm.rollout_correction.rollout_is",
         "algorithm.rollout_correction.rollout_is_threshold",
         "algorithm.rollout_correction.rollout_rs",
@@ -30,6 +33,7 @@ CHANGED = {
     },
     "dapo_first_wording": {
         "name",
+        *EARLIER,
         "algorithm.algorithm_type",
         "algorithm.policy_loss_fn_args.clip_range_low",
         "algorithm.policy_loss_fn_args.clip_range_high",

@@ -145,3 +145,21 @@ def test_pruning_deletes_only_old_sync_checkpoints_no_live_explorer_holds(tmp_pa
     assert full.is_dir()
     assert ckpt.prune_sync_checkpoints(tmp_path, keep_newest=1, keep_at_least=5) == [3, 4]
     assert [s for s, _ in list_step_dirs(str(tmp_path))] == [2, 5]
+
+
+def test_a_checkpoint_loaded_without_into_is_mapped_from_its_file_not_copied(tmp_path: pathlib.Path) -> None:
+    """The explorer's receive path: the tensors are the file's pages (read as used), so loading a
+    checkpoint does not hold it once more in memory; they stay valid when the directory is pruned."""
+    import shutil
+
+    path, files = ckpt.write_checkpoint(weights(3), tmp_path, 3)
+    loaded = ckpt.load_checkpoint(path, files)
+    weights_file = str((path / ckpt.WEIGHTS_FILE).resolve())
+    spans = []
+    for line in pathlib.Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(weights_file):
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            spans.append((start, end))
+    assert spans and all(any(a <= t.data_ptr() < b for a, b in spans) for t in loaded.values())
+    shutil.rmtree(path)  # pruned while an engine still holds the tensors
+    assert same_bits(loaded, weights(3))

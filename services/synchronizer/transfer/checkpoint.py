@@ -205,7 +205,11 @@ def load_checkpoint(
 
     `files` is the manifest published by the synchronizer (None: the one in the directory).
     With `into`, tensors are copied in place into those tensors (names and shapes must match) and
-    `into` is returned; otherwise fresh tensors are returned.
+    `into` is returned. Otherwise the tensors are safetensors' own, mapped from the file (copy on
+    write, paged in as they are read): a receiver copies them into its engine anyway, and a copy
+    here would hold the whole checkpoint once more in memory (the explorer's peak while it loads).
+    A checkpoint is never rewritten in place (a re-publish replaces the directory), so the mapping
+    keeps the verified bytes.
     """
     from safetensors.torch import load_file
 
@@ -222,7 +226,7 @@ def load_checkpoint(
         digest = pool.submit(lambda: _check(path, weights, hash_file=True))
         loaded = load_file(str(target))
         digest.result()  # before `into` is touched: a refused checkpoint leaves the model as it was
-    return _copy_into(loaded, into) if into is not None else {k: v.clone() for k, v in loaded.items()}
+    return _copy_into(loaded, into) if into is not None else dict(loaded)
 
 
 def _copy_into(
