@@ -42,9 +42,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def _commit() -> str:
+    """The checkout's commit, with `-dirty` when the files differ from it (a copied working tree
+    whose .git is older, as the lent GPU machines get, reads e.g. `1bf947b-dirty`)."""
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return ""
