@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
@@ -86,6 +86,34 @@ def demo_config(default_yaml: str, root: pathlib.Path) -> tuple[dict[str, Any], 
     return tree, overrides
 
 
+def trinity_run(
+    ctx: lab.Context,
+    name: str,
+    make_config: Callable[[str, pathlib.Path], tuple[dict[str, Any], list[str]]],
+    timeout: float,
+) -> tuple[pathlib.Path, float]:
+    """`trinity run` of `make_config(the embedded default's YAML, runs root)` in a fresh
+    `<work>/<name>/` (the config's `name` must be `name`): (its run dir, wall seconds). A run that
+    fails or outlives `timeout` fails the check with the end of its output."""
+    from services.common.config.loader import default_config_path
+
+    work = ctx.work / name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    tree, overrides = make_config(pathlib.Path(default_config_path()).read_text(), work / "runs")
+    config = work / f"{name}.yaml"
+    config.write_text(yaml.safe_dump(tree, sort_keys=False))
+    cmd = [ctx.python, "-m", "services.cli.main", "run", "--config", str(config)]
+    cmd += [a for o in overrides for a in ("--set", o)]
+    log = work / "run.log"
+    t0 = time.perf_counter()
+    code = _run(cmd, ctx, log, timeout, f"trinity run ({name})")
+    wall = time.perf_counter() - t0
+    if code != 0:
+        raise CheckFailed(f"trinity run exited {code}: {_tail(log)}", {"wall_s": wall})
+    return work / "runs" / "trinity-grpc" / name, wall
+
+
 def devices_in_logs(run_dir: pathlib.Path) -> dict[str, list[str]]:
     """{"trainer": [...], "rollout": [...]}: the devices the services reported building on
     (events trainer_engine_built and rollout_engine_built in <stage>/logs/*.log, or logs/*.log
@@ -109,23 +137,7 @@ def check_demo(ctx: lab.Context) -> Mapping[str, Any]:
     """`trinity run` of the embedded demo (SFT then GRPO on 3-digit addition, builtin:tiny-arith),
     shortened; the trainer and the rollout engine build on ctx.device (they pick CUDA whenever torch
     sees it: services/trainer/build.py, services/explorer/build.py) and held-out accuracy rises."""
-    from services.common.config.loader import default_config_path
-
-    work = ctx.work / "demo"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    tree, overrides = demo_config(pathlib.Path(default_config_path()).read_text(), work / "runs")
-    config = work / "demo.yaml"
-    config.write_text(yaml.safe_dump(tree, sort_keys=False))
-    cmd = [ctx.python, "-m", "services.cli.main", "run", "--config", str(config)]
-    cmd += [a for o in overrides for a in ("--set", o)]
-    log = work / "run.log"
-    t0 = time.perf_counter()
-    code = _run(cmd, ctx, log, DEMO_TIMEOUT_S[ctx.device], "trinity run")
-    wall = time.perf_counter() - t0
-    if code != 0:
-        raise CheckFailed(f"trinity run exited {code}: {_tail(log)}", {"wall_s": wall})
-    run_dir = work / "runs" / "trinity-grpc" / "demo"
+    run_dir, wall = trinity_run(ctx, "demo", demo_config, DEMO_TIMEOUT_S[ctx.device])
     stages = json.loads((run_dir / "summary.json").read_text())["stages"]
     sft, grpo = stages
     start = float(sft["eval"]["start"][ACCURACY])
@@ -231,23 +243,7 @@ def check_colocate(ctx: lab.Context) -> Mapping[str, Any]:
     as CUDA IPC records of its own memory, on CPU as mapped files), the explorer's engine attaches to
     them once and never loads a checkpoint, and every step samples from the weights the trainer just
     made (`actor/ppo_kl` ~ 0 while each step moves them, staleness 0)."""
-    from services.common.config.loader import default_config_path
-
-    work = ctx.work / "colocate"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    tree, overrides = colocate_config(pathlib.Path(default_config_path()).read_text(), work / "runs")
-    config = work / "colocate.yaml"
-    config.write_text(yaml.safe_dump(tree, sort_keys=False))
-    cmd = [ctx.python, "-m", "services.cli.main", "run", "--config", str(config)]
-    cmd += [a for o in overrides for a in ("--set", o)]
-    log = work / "run.log"
-    t0 = time.perf_counter()
-    code = _run(cmd, ctx, log, COLOCATE_TIMEOUT_S[ctx.device], "trinity run (mode colocate)")
-    wall = time.perf_counter() - t0
-    if code != 0:
-        raise CheckFailed(f"trinity run exited {code}: {_tail(log)}", {"wall_s": wall})
-    run_dir = work / "runs" / "trinity-grpc" / "colocate"
+    run_dir, wall = trinity_run(ctx, "colocate", colocate_config, COLOCATE_TIMEOUT_S[ctx.device])
     stage = json.loads((run_dir / "summary.json").read_text())["stages"][0]
     logs = run_dir / "logs"
     shared = events(logs / "trainer.log", "weights_shared")
