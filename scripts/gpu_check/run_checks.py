@@ -114,22 +114,28 @@ def trinity_run(
     return work / "runs" / "trinity-grpc" / name, wall
 
 
+def events(log: pathlib.Path, name: str) -> list[dict[str, Any]]:
+    """The JSON log records of event `name` in `log` (none if the file is missing)."""
+    found = []
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    for line in lines:
+        if line.startswith("{") and f'"{name}"' in line:
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("event") == name:
+                    found.append(record)
+    return found
+
+
 def devices_in_logs(run_dir: pathlib.Path) -> dict[str, list[str]]:
     """{"trainer": [...], "rollout": [...]}: the devices the services reported building on
     (events trainer_engine_built and rollout_engine_built in <stage>/logs/*.log, or logs/*.log
     for a config without stages)."""
     seen: dict[str, set[str]] = {"trainer": set(), "rollout": set()}
     for log in sorted([*run_dir.glob("logs/*.log"), *run_dir.glob("*/logs/*.log")]):
-        for line in log.read_text(errors="replace").splitlines():
-            if not line.startswith("{"):
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            event = record.get("event")
-            if event in ("trainer_engine_built", "rollout_engine_built"):
-                seen[event.split("_", 1)[0]].add(str(record.get("device", "?")).split(":")[0])
+        for role in seen:
+            for record in events(log, f"{role}_engine_built"):
+                seen[role].add(str(record.get("device", "?")).split(":")[0])
     return {k: sorted(v) for k, v in seen.items()}
 
 
@@ -223,19 +229,6 @@ def colocate_config(default_yaml: str, root: pathlib.Path) -> tuple[dict[str, An
         *(f"services.{svc}.port=0" for svc in ("buffer", "synchronizer", "trainer", "explorer")),
     ]
     return tree, overrides
-
-
-def events(log: pathlib.Path, name: str) -> list[dict[str, Any]]:
-    """The JSON log records of event `name` in `log` (none if the file is missing)."""
-    found = []
-    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    for line in lines:
-        if line.startswith("{") and f'"{name}"' in line:
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if record.get("event") == name:
-                    found.append(record)
-    return found
 
 
 def check_colocate(ctx: lab.Context) -> Mapping[str, Any]:

@@ -77,14 +77,17 @@ def remove_stale(directory: str, keep: str) -> None:
                 os.unlink(os.path.join(directory, entry))
 
 
+def _used_cuda() -> bool:
+    """Has this process used CUDA (asking never initialises it)?"""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def settle() -> None:
     """Wait for the GPU work this process queued (nothing where it never used CUDA)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if _used_cuda():
         torch.cuda.synchronize()
 
 
 def allocated_mib() -> float | None:
     """CUDA memory this process's tensors hold (MiB), None where it never used CUDA."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        return None
-    return round(torch.cuda.memory_allocated() / 2**20, 1)
+    return round(torch.cuda.memory_allocated() / 2**20, 1) if _used_cuda() else None
