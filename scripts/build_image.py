@@ -12,6 +12,9 @@ Usage: python scripts/build_image.py [--tag trinity-grpc:cpu] [--offline] [--for
    change.
 3. `docker build`, skipped when the image already carries the content hash of everything it is built
    from (Dockerfile, pyproject.toml, README.md, gen/, services/, the wheel names); prints the size.
+   Before and after, the images an earlier build left untagged are removed (they carry the hash
+   label; the systemd test image inherits it), so rebuilds do not fill the disk; a build needs
+   MIN_FREE_GB free where Docker keeps its images and stops with a clear message when it is not.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ DOCKERFILE = ROOT / "deploy" / "compose" / "Dockerfile"
 WHEELHOUSE = ROOT / "deploy" / "compose" / "wheelhouse"
 BASE_IMAGE = "python:3.11-slim-bookworm"
 HASH_LABEL = "org.trinity-grpc.source-hash"
+STAGE_LABEL = "org.trinity-grpc.stage=build"  # the Dockerfile's build stage
 # python-is-python3: `python` as in the official image; systemd-sysv + dbus: systemd as PID 1 in the
 # systemd test image (tests/deploy/test_systemd.py) built on top of the same base.
 BASE_PACKAGES = "python3,python3-venv,python-is-python3,ca-certificates,systemd-sysv,dbus"
 CONSTRAINTS = ROOT / ".venv" / "constraints.txt"
+# The build stage unpacks torch and the venv (~2 GB) and the final image copies it again.
+MIN_FREE_GB = 6.0
 
 
 def _say(message: str) -> None:
@@ -162,6 +168,30 @@ def source_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def prune_stale() -> None:
+    """Remove what earlier builds left untagged: our images (hash label) and all but the newest
+    build-stage image (the layer cache of the next build)."""
+    done = _docker("image", "prune", "--force", "--filter", f"label={HASH_LABEL}")
+    reclaimed = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else [done.stderr.strip()]
+    stages = _docker(
+        "images", "--quiet", "--filter", "dangling=true", "--filter", f"label={STAGE_LABEL}"
+    ).stdout.split()  # newest first
+    for old in stages[1:]:
+        _docker("image", "rm", old)
+    _say(f"stale images pruned: {' '.join(reclaimed) or 'none'}; old build stages removed: {len(stages[1:])}")
+
+
+def check_space() -> None:
+    """Stop with a clear message, before `docker build` fails half-way with ENOSPC."""
+    root = _docker("info", "--format", "{{.DockerRootDir}}").stdout.strip() or "/var/lib/docker"
+    free_gb = shutil.disk_usage(root if os.path.isdir(root) else "/").free / 1e9
+    if free_gb < MIN_FREE_GB:
+        sys.exit(
+            f"build_image: {free_gb:.1f} GB free under {root}, the build needs {MIN_FREE_GB:.0f} GB; "
+            "free some (`docker system df`, `docker image prune`)"
+        )
+
+
 def build(tag: str, force: bool = False) -> None:
     wanted = source_hash()
     label = _docker(
@@ -170,6 +200,8 @@ def build(tag: str, force: bool = False) -> None:
     if label == wanted and not force:
         _say(f"{tag} is up to date (source hash {wanted}): not rebuilt")
     else:
+        prune_stale()
+        check_space()
         _say(f"docker build {tag} (source hash {wanted})")
         started = time.monotonic()
         cmd = [
@@ -189,6 +221,7 @@ def build(tag: str, force: bool = False) -> None:
         if done.returncode != 0:
             sys.exit(f"build_image: docker build failed:\n{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
         _say(f"built in {time.monotonic() - started:.0f} s")
+        prune_stale()
     size = int(_docker("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
     _say(f"{tag}: {size / 1e9:.2f} GB")
 
