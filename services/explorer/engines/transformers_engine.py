@@ -73,8 +73,22 @@ def sample_tokens(
         remove_sorted = (probs.cumsum(dim=-1) - probs) >= params.top_p
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
         logits = logits.masked_fill(remove, float("-inf"))
-    tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+    tokens = draw(torch.softmax(logits, dim=-1), generator)
     return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row of probs [B, V], index i with probability probs[b, i] / sum(probs[b]).
+
+    Inverse-CDF sampling: one uniform number per row against the running sum (float64). It draws
+    from the same distribution as torch.multinomial, which on CPU draws an exponential number per
+    vocabulary entry: 19 ms of a 64 x 49k step's ~120 ms on 2 cores, against ~2 ms here.
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64, device=probs.device)
+    # the first index whose running sum exceeds u * total: never one of probability 0
+    picked = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return picked.clamp(max=probs.shape[-1] - 1).squeeze(-1)
 
 
 class TransformersEngine(TakesPushes, InferenceEngine):

@@ -11,7 +11,7 @@ import torch
 
 from services.common.errors import FailedPrecondition
 from services.explorer.engines.base import BatchingEngine, GenerationOutput, InferenceEngine, SamplingParams
-from services.explorer.engines.transformers_engine import TransformersEngine, sample_tokens
+from services.explorer.engines.transformers_engine import TransformersEngine, draw, sample_tokens
 from services.explorer.engines.vllm_engine import import_vllm
 
 EOS, PAD, VOCAB = 1, 0, 12
@@ -47,6 +47,19 @@ def test_sample_tokens_greedy_topk_topp_and_logprobs_under_temperature():
     banned = torch.tensor([0])
     draws = {sample_tokens(logits, SamplingParams(temperature=0), gen, banned)[0].item() for _ in range(5)}
     assert draws == {1}
+
+
+def test_draw_samples_each_index_by_its_probability_and_never_a_zero_one():
+    probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0], [0.25, 0.0, 0.0, 0.0, 0.0, 0.75]])
+    gen = torch.Generator().manual_seed(0)
+    picks = torch.stack([draw(probs.repeat(1000, 1), gen) for _ in range(10)])  # 10 x 2000 rows
+    for row, p in enumerate(probs):
+        counts = torch.bincount(picks[:, row::2].flatten(), minlength=6).double() / 10_000
+        assert counts[p == 0].sum() == 0
+        # binomial standard error at n = 10,000 is <= 0.005: 4 of them
+        assert torch.allclose(counts, p.double(), atol=0.02)
+    unnormalised = draw(torch.tensor([[0.0, 3.0, 1.0]]).repeat(4000, 1), gen)
+    assert abs((unnormalised == 1).double().mean().item() - 0.75) < 0.03
 
 
 def test_generation_stops_at_eos_and_masks_after_it():
