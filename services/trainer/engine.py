@@ -21,6 +21,7 @@ Settings and the lr schedule: settings.py; the critic and batch metrics: modelin
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Iterator
@@ -83,6 +84,8 @@ class TrainEngine:
         self.device = dist.device if dist is not None else torch.device(device)
         self.model = model.to(self.device)
         self.algorithm = algorithm
+        # an Algorithm written before token shares (a plugin's) takes row shares only
+        self._token_scaled = "token_scale" in inspect.signature(algorithm.compute_loss).parameters
         self.settings = settings
         self.ref_model = ref_model.to(self.device).eval() if ref_model is not None else None
         self.critic = critic.to(self.device) if critic is not None else None
@@ -289,6 +292,9 @@ class TrainEngine:
                     prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
                 metrics.update({f"actor/{k}": v for k, v in prepass.items()})
             chunks = self._chunks(batch, active)
+            # each row's action tokens, read once: a micro-batch's share of them scales its token-mean terms
+            row_tokens = batch.train.action_mask.sum(dim=-1).cpu()
+            all_tokens = max(float(row_tokens.sum()), 1.0)
             if self.dist is not None:  # to data-parallel ranks: the groups under Ulysses
                 dp_rank, dp_size = (self.sp.dp_rank, self.sp.dp_size) if self.sp else (self.dist.rank, world)
                 mine = deal_micro_batches(chunks, dp_rank, dp_size)
@@ -298,7 +304,8 @@ class TrainEngine:
                 if _epoch == 0:  # once an optimizer step ran, the step is finished, not abandoned
                     self._check_abandon()
                 share = len(idx) / n if real else 0.0  # a dummy keeps the ranks' collectives in step
-                self._micro_step(batch.select(idx), share, world, sums)
+                tokens = float(row_tokens[idx.cpu()].sum()) / all_tokens if real else 0.0
+                self._micro_step(batch.select(idx), (share, tokens), world, sums)
             if warming_up:  # veRL's critic warm-up: the policy's gradients are dropped, it does not move
                 for p in self.model.parameters():
                     p.grad = None
@@ -317,17 +324,23 @@ class TrainEngine:
         metrics.update(batch_metrics(batch))
         return metrics
 
-    def _micro_step(self, mb: Batch, share: float, world: int, sums: dict[str, float | Tensor]) -> None:
+    def _micro_step(
+        self, mb: Batch, shares: tuple[float, float], world: int, sums: dict[str, float | Tensor]
+    ) -> None:
         """Forward, loss and backward of one micro-batch, its gradients added to the parameters' .grad;
-        its loss parts added to `sums`, weighted by its share of the batch's rows. Tensors stay on the
-        device (read_sums reads them once per step): nothing here waits for the GPU."""
+        its loss parts added to `sums`, weighted by its share of the batch's rows. `shares`: of the
+        batch's rows and of its action tokens (token-mean terms take the latter, so the gradient is
+        the whole batch's however it is split). Tensors stay on the device (read_sums reads them
+        once per step): nothing here waits for the GPU."""
+        share, token_share = shares
         with self.peaks.phase("forward"):
             logprob, entropy = self.policy(mb.inputs)
             values = self.critic(mb.inputs) if self.critic is not None else None
             # FSDP averages gradients over ranks; `world` turns that average back into the sum.
-            loss, parts = self.algorithm.compute_loss(
-                mb.train, logprob, entropy, values, loss_scale=share * world
-            )
+            scales = {"loss_scale": share * world}
+            if self._token_scaled:
+                scales["token_scale"] = token_share * world
+            loss, parts = self.algorithm.compute_loss(mb.train, logprob, entropy, values, **scales)
         with self.peaks.phase("backward"):
             loss.backward()
         copies = self.sp.size if self.sp is not None else 1  # a group's ranks all add the same numbers

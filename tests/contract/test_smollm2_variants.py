@@ -19,6 +19,14 @@ EARLIER = {"explorer.rollout_model.kv_cache_memory_gib", "trainer.micro_batch_si
 CHANGED = {
     "offset1": {"name", "synchronizer.sync_offset", *EARLIER},
     "colocate": {"name", "mode", "synchronizer.sync_method", *EARLIER},
+    # the transformers engine whatever TRINITY_ENGINE says (it computes on the shared weights)
+    "colocate_small": {
+        "name",
+        "mode",
+        "synchronizer.sync_method",
+        "explorer.rollout_model.engine_type",
+        "trainer.micro_batch_size",
+    },
     "fully_async": {
         "name",
         *EARLIER,
@@ -91,3 +99,6 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
     assert load_config(str(EXAMPLE / "offset1.yaml")).synchronizer.sync_offset == 1
     colocate = load_config(str(EXAMPLE / "colocate.yaml"))
     assert colocate.mode == "colocate" and colocate.synchronizer.in_place
+    small = load_config(str(EXAMPLE / "colocate_small.yaml"))
+    assert small.mode == "colocate" and small.explorer.rollout_model.engine_type == "transformers"
+    assert small.trainer.micro_batch_size == 4

@@ -16,7 +16,8 @@ class OneRead(SampleStrategy):
 
 
 class NllAlgorithm(Algorithm):
-    """Token-mean negative log-likelihood of the response (SFT), per micro-batch times loss_scale."""
+    """Token-mean negative log-likelihood of the response (SFT), per micro-batch times its share of
+    the batch's tokens (token_scale; loss_scale, the rows' share, where none is given)."""
 
     name = "fake-nll"
     use_reference = False
@@ -27,10 +28,17 @@ class NllAlgorithm(Algorithm):
     def compute_advantages(self, batch: TrainBatch) -> dict[str, float]:
         return {}
 
-    def compute_loss(self, batch, logprob, entropy, values=None, *, loss_scale=1.0):
+    def compute_loss(self, batch, logprob, entropy, values=None, *, loss_scale=1.0, token_scale=None):
         mask = batch.action_mask
         nll = -(logprob * mask).sum() / mask.sum().clamp(min=1)
-        return nll * loss_scale, {"pg_loss": float(nll.detach())}
+        return nll * (loss_scale if token_scale is None else token_scale), {"pg_loss": float(nll.detach())}
+
+
+class RowShareNllAlgorithm(NllAlgorithm):
+    """The same loss from an Algorithm written before token shares: compute_loss takes loss_scale only."""
+
+    def compute_loss(self, batch, logprob, entropy, values=None, *, loss_scale=1.0):
+        return super().compute_loss(batch, logprob, entropy, values, loss_scale=loss_scale)
 
 
 def experience(

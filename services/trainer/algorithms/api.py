@@ -21,7 +21,8 @@ The loop (services/trainer/*.py) only touches what is defined here:
         for mb_idx in micro_batches:
             mb = batch.select(mb_idx)
             logprob, entropy = policy(mb)           # [b, T], grad flows through logprob
-            loss, metrics = algo.compute_loss(mb, logprob, entropy, values, loss_scale=len(mb_idx) / len(batch))
+            loss, metrics = algo.compute_loss(mb, logprob, entropy, values, loss_scale=len(mb_idx) / len(batch),
+                                              token_scale=tokens(mb_idx) / tokens(batch))
             loss.backward()
 
 No torch.nn modules, no optimizer, no I/O here: every part is a pure function over tensors.
@@ -127,8 +128,13 @@ class Algorithm:
         values: Tensor | None = None,
         *,
         loss_scale: float = 1.0,
+        token_scale: float | None = None,
     ) -> tuple[Tensor, LossMetrics]:
         """Total scalar loss of this micro-batch, times loss_scale, and Trinity-named metrics.
+
+        loss_scale is the micro-batch's share of the batch's rows; token_scale, where given, its
+        share of the batch's action tokens, which scales the token-mean terms instead: the
+        micro-batches' losses then add up to the whole batch's token-mean, however the rows are split.
 
         logprob, entropy: [B, T] under the current policy (grad through logprob and values).
         loss = policy loss + kl_coef * kl loss - entropy_coef * entropy (+ value loss when use_critic),

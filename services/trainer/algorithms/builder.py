@@ -240,6 +240,7 @@ class CompositeAlgorithm(Algorithm):
         values: Tensor | None = None,
         *,
         loss_scale: float = 1.0,
+        token_scale: float | None = None,
     ) -> tuple[Tensor, LossMetrics]:
         if self.needs_old_logprob and batch.advantages is None:
             raise InvalidArgument(
@@ -259,7 +260,17 @@ class CompositeAlgorithm(Algorithm):
             old_logprob=batch.old_logprob if self.needs_old_logprob else None,
         )
         ent_term, ent_metrics = self.entropy_fn(batch, entropy, **self.entropy_args)
-        total = loss + kl_term - ent_term
+
+        def scaled(term: Tensor, mode: str | None) -> Tensor:
+            # a token-mean term of this micro-batch times its share of the batch's tokens is its part
+            # of the batch's token-mean; every other mode's share is the rows'
+            return term * (token_scale if token_scale is not None and mode == "token-mean" else loss_scale)
+
+        total = (
+            scaled(loss, self._policy_agg_mode(args))
+            + scaled(kl_term, self.loss_agg_mode)
+            - scaled(ent_term, self.entropy_args.get("loss_agg_mode"))
+        )
         out: dict[str, float | Tensor] = {**metrics, **kl_metrics, **ent_metrics, **corr_metrics}
         if self.use_critic:
             if values is None or batch.values is None or batch.returns is None:
@@ -274,9 +285,20 @@ class CompositeAlgorithm(Algorithm):
                 cliprange_value=self.value_args["cliprange_value"],
                 loss_agg_mode=self.loss_agg_mode,
             )
-            total = total + self.value_args["value_loss_coef"] * vf_loss
+            total = total + scaled(self.value_args["value_loss_coef"] * vf_loss, self.loss_agg_mode)
             out |= vf_metrics
-        return total * loss_scale, out
+        return total, out
+
+    def _policy_agg_mode(self, args: dict[str, Any]) -> str | None:
+        """How the policy loss aggregates (None: its own weights, as mix's, are by rows)."""
+        if self.config.policy_loss_fn in _MIX_LOSSES:
+            return None
+        if self.reinforce:
+            return str(args.get("loss_agg_mode", self.loss_agg_mode))
+        if "loss_agg_mode" in args:
+            return str(args["loss_agg_mode"])
+        default = inspect.signature(self.policy_loss_fn).parameters.get("loss_agg_mode")
+        return None if default is None else str(default.default)
 
     def _policy_loss(
         self, batch: TrainBatch, logprob: Tensor, args: dict[str, Any]

@@ -11,7 +11,7 @@ from services.trainer.batching import build_batch
 from services.trainer.engine import TrainEngine
 from services.trainer.logprobs import token_logprobs
 from services.trainer.settings import EngineSettings, lr_factor
-from tests.fakes.trainer import NllAlgorithm, experience, tiny_model
+from tests.fakes.trainer import NllAlgorithm, RowShareNllAlgorithm, experience, tiny_model
 
 PAD = 0
 
@@ -46,6 +46,21 @@ def test_gradient_accumulation_matches_one_big_micro_batch() -> None:
     # ~lr * sign(grad), which would amplify float noise on near-zero gradients.
     for a, b in zip(big.model.parameters(), small.model.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_micro_batches_of_unequal_lengths_give_the_one_big_micro_batchs_gradient() -> None:
+    # Responses of 1, 2, 3 and 1 tokens: each micro-batch's token mean is scaled by its share of the
+    # batch's 7 tokens, so one row per micro-batch sums to the full token mean.
+    settings = dict(lr=1e-2, grad_clip=0.0, weight_decay=0.0)
+    big = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings(micro_batch_size=4, **settings))
+    small = TrainEngine(tiny_model(), NllAlgorithm(), EngineSettings(micro_batch_size=1, **settings))
+    rows = TrainEngine(tiny_model(), RowShareNllAlgorithm(), EngineSettings(micro_batch_size=1, **settings))
+    m_big, m_small, m_rows = (e.train_step(_batch()) for e in (big, small, rows))
+    assert m_small["actor/loss"] == pytest.approx(m_big["actor/loss"], rel=1e-5)
+    for a, b in zip(big.model.parameters(), small.model.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)  # float32 sums in another order
+    # an Algorithm that takes row shares only still trains: each row's mean weighs 1/4
+    assert m_rows["actor/loss"] != pytest.approx(m_big["actor/loss"], rel=1e-3)
 
 
 def test_loss_decreases_on_a_fixed_batch() -> None:

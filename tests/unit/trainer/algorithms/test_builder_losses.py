@@ -60,6 +60,61 @@ def test_micro_batches_with_loss_scale_sum_to_the_full_batch_loss():
     assert sum(p.item() for p in parts) == pytest.approx(full.item(), abs=1e-6)
 
 
+def test_token_scale_makes_micro_batches_of_unequal_lengths_add_up_to_the_batch_token_mean():
+    # Rows of 3, 1, 2 and 1 action tokens (7 in all). By hand, with old logprobs 0 and A = +1 for rows
+    # 0-1 and -1 for rows 2-3 (rewards 1, 0 | 1, 0: one group each), logprob 0: ratio 1, per-token
+    # pg = -A: tokens of rows 0, 1 give -1 (4 tokens), of rows 2, 3 give +1 (3 tokens), scaled by
+    # 1 / (std 0.707107 + 1e-6) = 1.414212. Token-mean over 7: (-4 + 3) / 7 * 1.414212 = -0.202030.
+    # Entropy (coef 0.1, token-mean): entropies 1 on rows 0-1 and 3 on rows 2-3: (4 + 9) / 7 = 1.857143.
+    # Total: -0.202030 - 0.185714 = -0.387744. Split {0, 2} (5 tokens, 2 rows) and {1, 3} (2 tokens):
+    # by row shares each half counts 1/2, which weighs row 1's and 3's lone tokens 2.5 times as much.
+    algo = build_algorithm(
+        AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="none", entropy_loss_fn_args={"entropy_coef": 0.1})
+    )
+    mask = t([1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0])
+    batch = make_batch(
+        4, 3, action_mask=mask, rewards=t(1.0, 0.0, 1.0, 0.0), group_index=torch.tensor([0, 0, 1, 1])
+    )
+    batch.advantages = t([1.0] * 3, [1.0] * 3, [-1.0] * 3, [-1.0] * 3) * 1.414212
+    logprob, entropy = torch.zeros(4, 3), t([1.0] * 3, [1.0] * 3, [3.0] * 3, [3.0] * 3)
+    full, _ = algo.compute_loss(batch, logprob, entropy)
+    assert full.item() == pytest.approx(-0.387744, abs=1e-5)
+    halves = [torch.tensor([0, 2]), torch.tensor([1, 3])]
+    by_tokens = sum(
+        algo.compute_loss(
+            batch.select(i), logprob[i], entropy[i], loss_scale=0.5, token_scale=float(mask[i].sum()) / 7
+        )[0].item()
+        for i in halves
+    )
+    by_rows = sum(
+        algo.compute_loss(batch.select(i), logprob[i], entropy[i], loss_scale=0.5)[0].item() for i in halves
+    )
+    assert by_tokens == pytest.approx(full.item(), abs=1e-5)
+    # rows' shares: {0, 2}: pg (-3 + 2) / 5 * 1.414212 = -0.282842, ent 0.1 * (3 + 6) / 5 = 0.18;
+    # {1, 3}: pg (-1 + 1) / 2 = 0, ent 0.1 * (1 + 3) / 2 = 0.2; 0.5 * (-0.462842) + 0.5 * (-0.2) = -0.331421
+    assert by_rows == pytest.approx(-0.331421, abs=1e-5)
+
+
+def test_token_scale_leaves_a_sequence_mean_policy_loss_on_row_shares():
+    # seq-mean-token-mean weighs rows alike: the row share is already exact for it, the token share is not used
+    algo = build_algorithm(
+        AlgorithmConfig(algorithm_type="grpo", kl_loss_fn="none", loss_agg_mode="seq-mean-token-mean")
+    )
+    mask = t([1, 1, 1], [1, 0, 0])
+    batch = make_batch(2, 3, action_mask=mask, rewards=t(1.0, 0.0))
+    batch.advantages = t([1.0] * 3, [-1.0] * 3)
+    logprob = torch.zeros(2, 3)
+    full, _ = algo.compute_loss(batch, logprob, None)  # (-1 + 1) / 2 = 0
+    parts = [
+        algo.compute_loss(
+            batch.select(i), logprob[i], None, loss_scale=0.5, token_scale=float(mask[i].sum()) / 4
+        )[0]
+        for i in (torch.tensor([0]), torch.tensor([1]))
+    ]
+    assert full.item() == pytest.approx(0.0, abs=1e-6)
+    assert [p.item() for p in parts] == pytest.approx([-0.5, 0.5], abs=1e-6)
+
+
 def test_mix_weights_keep_each_side_a_mean_over_its_rows_across_micro_batches():
     # 2 usual rows + 2 expert rows. Full batch: 0.9 * PPO(usual) + 0.1 * SFT(expert), each a mean over
     # its own rows. Split into micro-batches {usual, usual, expert} and {expert}: the weights
