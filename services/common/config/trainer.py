@@ -28,7 +28,9 @@ class TrainerConfig(Section):
     save_strategy: Literal["single_thread", "single_process", "single_node", "unrestricted"] = "unrestricted"
     """Accepted for Trinity compatibility."""
     micro_batch_size: int = Field(8, ge=1)
-    """Experiences per forward/backward; gradients accumulate to train_batch_size."""
+    """Experiences per forward/backward; gradients accumulate to train_batch_size. A memory setting,
+    not an algorithm one: token-mean loss terms weigh each micro-batch by its share of the batch's
+    action tokens, so the gradient is the same however the batch is split."""
     use_dynamic_bsz: bool = False
     """veRL's dynamic batch size: micro-batches are packed by a token budget (max_token_len_per_gpu)
     instead of a row count (micro_batch_size is then not used)."""
