@@ -63,7 +63,7 @@ def test_without_truncation_prompts_stay_whole_and_one_past_the_context_is_maske
 
 
 def test_the_trainer_takes_the_rows_and_the_masked_one_trains_nothing(whole: Any) -> None:
-    exps = whole.generate([LONG, HUGE], max_tokens=6)
+    exps = whole.generate([LONG, HUGE], max_tokens=6, min_tokens=6)  # no EOS: the context caps it at 5
     for exp in exps:
         exp.reward = 1.0
         exp.validate()
