@@ -75,10 +75,15 @@ async def test_react_workflow_runs_an_agentscope_agent(engine_and_tokenizer) -> 
         system, user = exps[0].messages[:2]
         assert (system.role, content_text(system.content)) == ("system", GSM8K_SYSTEM_PROMPT)
         assert (user.role, content_text(user.content)) == ("user", "12+30=")
+        carried = 0
         for earlier, later in pairwise(exps):
-            # each call's prompt carries the agent's memory, so the previous reply is in it
+            # each call's prompt carries the agent's memory, so the previous reply is in it (a reply
+            # that sampled EOS first is empty: the agent keeps no message for it)
             replies = [content_text(m.content) for m in later.messages[:-1] if m.role == "assistant"]
-            assert earlier.response_text in replies
+            if earlier.response_text:
+                assert earlier.response_text in replies
+                carried += 1
+        assert carried >= REACT_MAX_ITERS // 2
         for step, exp in enumerate(exps):
             assert exp.reward == 0.0 and exp.metrics["accuracy"] == 0.0 and exp.metrics["format_score"] == 0.0
             assert exp.step == step and exp.run_id == run_id and exp.model_version == 4
