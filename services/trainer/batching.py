@@ -264,6 +264,19 @@ def micro_batches(batch: Batch, micro_batch_size: int, max_tokens: int | None = 
     return list(torch.split(order, micro_batch_size))
 
 
+class MicroShares:
+    """A micro-batch's share of its batch: of the rows (loss_scale) and of the action tokens
+    (token_scale, for token-mean terms). The per-row token counts are read from the device once."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.rows = len(batch)
+        self.row_tokens = batch.train.action_mask.sum(dim=-1).cpu()
+        self.tokens = max(float(self.row_tokens.sum()), 1.0)
+
+    def of(self, idx: Tensor) -> tuple[float, float]:
+        return len(idx) / self.rows, float(self.row_tokens[idx.cpu()].sum()) / self.tokens
+
+
 def rows_to_train(batch: Batch, zero_advantage_is_inert: bool) -> Tensor:
     """Indices of the rows an update passes over: all of them, or, when the algorithm says a zero
     advantage adds nothing (GRPO without KL loss or entropy bonus), those with a nonzero advantage:

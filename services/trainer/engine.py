@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
-from services.trainer.batching import Batch, ModelInputs, micro_batches, rows_to_train
+from services.trainer.batching import Batch, MicroShares, ModelInputs, micro_batches, rows_to_train
 from services.trainer.distributed import (
     DistContext,
     all_reduce_sums,
@@ -284,6 +284,7 @@ class TrainEngine:
         warming_up = self.critic is not None and self.step < self.settings.critic_warmup
         if self.critic is not None:
             metrics["critic/warmup"] = float(warming_up)
+        shares = MicroShares(batch)  # the action mask is set: prepare() ran
         for _epoch in range(self.settings.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             sums = {"loss": 0.0}
@@ -292,9 +293,6 @@ class TrainEngine:
                     prepass = self.algorithm.before_update(batch.train, self.logprobs_of(self.model, batch))
                 metrics.update({f"actor/{k}": v for k, v in prepass.items()})
             chunks = self._chunks(batch, active)
-            # each row's action tokens, read once: a micro-batch's share of them scales its token-mean terms
-            row_tokens = batch.train.action_mask.sum(dim=-1).cpu()
-            all_tokens = max(float(row_tokens.sum()), 1.0)
             if self.dist is not None:  # to data-parallel ranks: the groups under Ulysses
                 dp_rank, dp_size = (self.sp.dp_rank, self.sp.dp_size) if self.sp else (self.dist.rank, world)
                 mine = deal_micro_batches(chunks, dp_rank, dp_size)
@@ -303,9 +301,8 @@ class TrainEngine:
             for idx, real in mine:
                 if _epoch == 0:  # once an optimizer step ran, the step is finished, not abandoned
                     self._check_abandon()
-                share = len(idx) / n if real else 0.0  # a dummy keeps the ranks' collectives in step
-                tokens = float(row_tokens[idx.cpu()].sum()) / all_tokens if real else 0.0
-                self._micro_step(batch.select(idx), (share, tokens), world, sums)
+                # a dummy (share 0) keeps the ranks' collectives in step
+                self._micro_step(batch.select(idx), shares.of(idx) if real else (0.0, 0.0), world, sums)
             if warming_up:  # veRL's critic warm-up: the policy's gradients are dropped, it does not move
                 for p in self.model.parameters():
                     p.grad = None

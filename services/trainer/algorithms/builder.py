@@ -143,6 +143,7 @@ class CompositeAlgorithm(Algorithm):
         )
         self._mix_counts: tuple[int, int] | None = None
         self._setup_off_policy(cfg)
+        self.policy_agg_mode = self._policy_agg_mode()
 
     def _setup_off_policy(self, cfg: AlgorithmConfig) -> None:
         """bypass_old_logprobs, rollout_correction and the policy loss's own hooks (M2PO's prepass)."""
@@ -267,7 +268,7 @@ class CompositeAlgorithm(Algorithm):
             return term * (token_scale if token_scale is not None and mode == "token-mean" else loss_scale)
 
         total = (
-            scaled(loss, self._policy_agg_mode(args))
+            scaled(loss, self.policy_agg_mode)
             + scaled(kl_term, self.loss_agg_mode)
             - scaled(ent_term, self.entropy_args.get("loss_agg_mode"))
         )
@@ -289,16 +290,17 @@ class CompositeAlgorithm(Algorithm):
             out |= vf_metrics
         return total, out
 
-    def _policy_agg_mode(self, args: dict[str, Any]) -> str | None:
+    def _policy_agg_mode(self) -> str | None:
         """How the policy loss aggregates (None: its own weights, as mix's, are by rows)."""
         if self.config.policy_loss_fn in _MIX_LOSSES:
             return None
         if self.reinforce:
-            return str(args.get("loss_agg_mode", self.loss_agg_mode))
-        if "loss_agg_mode" in args:
-            return str(args["loss_agg_mode"])
-        default = inspect.signature(self.policy_loss_fn).parameters.get("loss_agg_mode")
-        return None if default is None else str(default.default)
+            return str(self.policy_args.get("loss_agg_mode", self.loss_agg_mode))
+        if "loss_agg_mode" in self.policy_args:
+            return str(self.policy_args["loss_agg_mode"])
+        if not _accepts(self.policy_loss_fn, "loss_agg_mode"):
+            return None
+        return str(inspect.signature(self.policy_loss_fn).parameters["loss_agg_mode"].default)
 
     def _policy_loss(
         self, batch: TrainBatch, logprob: Tensor, args: dict[str, Any]
