@@ -181,7 +181,7 @@ class TransformersEngine(TakesPushes, InferenceEngine):
                 step_pos = _positions(attention)
             versions[rows.cpu(), t] = self.model_version
             if whole:
-                last, past = self._prefill(step_ids, attention, step_pos)
+                last, past = self._prefill(step_ids, attention)
                 whole = False
             else:
                 out = self.model(
@@ -232,36 +232,37 @@ class TransformersEngine(TakesPushes, InferenceEngine):
             for row in range(batch)
         ]
 
-    def _prefill(
-        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, Any]:
+    def _prefill(self, ids: torch.Tensor, attention: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """Forward pass over whole sequences; returns (last logits [B, V], KV cache of B rows).
 
         Identical rows (the n samples of one prompt) are computed once and their cache entries
         repeated; only the last position's logits are computed where the model allows it.
         """
         keep_last = {"logits_to_keep": 1} if self._keeps_logits else {}
+        width = ids.shape[1]
         unique, inverse = torch.unique(torch.cat([ids, attention], dim=1), dim=0, return_inverse=True)
-        shared = len(unique) < len(ids)
-        if shared:
-            first = torch.full((len(unique),), len(ids), dtype=torch.long, device=ids.device)
-            first = first.scatter_reduce(0, inverse, torch.arange(len(ids), device=ids.device), "amin")
-            ids, attention, positions = ids[first], attention[first], positions[first]
+        rows = (unique[:, :width], unique[:, width:]) if len(unique) < len(ids) else (ids, attention)
         out = self.model(
-            input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **keep_last
+            input_ids=rows[0],
+            attention_mask=rows[1],
+            position_ids=_positions(rows[1]),
+            use_cache=True,
+            **keep_last,
         )
         last, past = out.logits[:, -1, :], getattr(out, self._cache_arg)
-        if shared:
-            if not hasattr(past, "reorder_cache"):  # a cache we cannot index: compute every row
-                return self._prefill_rows(ids[inverse], attention[inverse], positions[inverse])
+        if len(unique) == len(ids):
+            return last, past
+        if hasattr(past, "reorder_cache"):
             past.reorder_cache(inverse)
-            last = last[inverse]
-        return last, past
-
-    def _prefill_rows(
-        self, ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, Any]:
-        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True)
+            return last[inverse], past
+        # a cache we cannot index: compute every row
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=_positions(attention),
+            use_cache=True,
+            **keep_last,
+        )
         return out.logits[:, -1, :], getattr(out, self._cache_arg)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
