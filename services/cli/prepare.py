@@ -1,7 +1,7 @@
 """What `trinity run` does before it starts a stage's children: free ports for port-0 endpoints, the
 resolved config the children read, their environment (threads per child), the preflight checks that
-fail before anything starts, the embedded demo's data files, and the overrides of a fresh run.
-Also `say`, the runner's own output line.
+fail before anything starts, the embedded demo's data files, the overrides of a fresh run, and the
+experience writers reopened for a run that continues. Also `say`, the runner's own output line.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
     port (when metrics are on); it scores no eval tasksets (the first explorer does, once per eval
     step)."""
     items: tuple[str, ...] = (
-        f"explorer.name={cfg.explorer.name}-{index}",
+        f"explorer.name={cfg.explorer.name}-{index}",  # as explorer_names lists them
         f"services.explorer.port={free_port()}",
         "explorer.eval_on_startup=false",
         "buffer.explorer_input.eval_tasksets=[]",
@@ -183,6 +183,27 @@ def replica_overrides(cfg: TrinityConfig, index: int) -> tuple[str, ...]:
     if cfg.services.explorer.metrics_port is not None:
         items += (f"services.explorer.metrics_port={free_port()}",)
     return items
+
+
+def explorer_names(cfg: TrinityConfig) -> list[str]:
+    """The member names of the stage's explorers: explorer.name, then <name>-2, <name>-3, ... for
+    explorer.replicas."""
+    return [cfg.explorer.name, *(f"{cfg.explorer.name}-{i}" for i in range(2, cfg.explorer.replicas + 1))]
+
+
+async def reopen_writers(cfg: TrinityConfig) -> None:
+    """Mark the explorers' writers open on the experience buffer before the workers start.
+
+    A run that continues (total_steps raised, or a stage stopped after its explorer finished) finds
+    them closed by the last run's explorers; a trainer that read before its explorer was up would
+    take that for the end of the data and stop at once. Each explorer opens its writer again itself.
+    """
+    from services.buffer.client import BufferClient
+
+    name = cfg.buffer.trainer_input.experience_buffer.name or "experience_buffer"
+    async with await BufferClient.connect(cfg.services.buffer.address, services_cfg=cfg.services) as buffer:
+        for writer in explorer_names(cfg):
+            await buffer.open_writer(name, writer)
 
 
 def child_endpoint(cfg: TrinityConfig, name: str, overrides: Sequence[str]) -> Endpoint:

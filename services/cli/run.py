@@ -7,7 +7,8 @@ stage's final checkpoint; `<run dir>/summary.json` is updated; the next stage st
 stage's final weights. A child that dies unexpectedly is restarted (up to `max_restarts` times):
 the services resume from the buffer's cursors and the trainer's latest checkpoint. Ctrl-C stops
 everything (SIGTERM, then SIGKILL after the grace). Re-running the same command continues an
-unfinished run (continue_from_checkpoint) and skips finished stages.
+unfinished run (continue_from_checkpoint) and skips finished stages, except one whose
+buffer.total_steps was raised: it trains on from its last checkpoint.
 
 Modes: `both` runs trainer and explorer, `train` the trainer alone (file datasets, or a queue
 filled by other writers), `explore` the explorer alone (rollouts into the buffer, no weight
@@ -45,6 +46,7 @@ from services.cli.prepare import (
     pinned_cpus,
     preflight,
     prepare_data,
+    reopen_writers,
     replica_overrides,
     resolve_ports,
     say,
@@ -273,6 +275,8 @@ class StageRunner:
                     self.overrides[label] = replica_overrides(self.cfg, index)
                     self.service_of[label] = "explorer"
                     labels.append(label)
+        if {"trainer", "explorer"} <= set(workers):
+            await reopen_writers(self.cfg)  # a continued run's explorers closed them last time
         for label in labels:
             child = await self.start(
                 self.service_of.get(label, label),
@@ -357,7 +361,7 @@ async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbos
         )
         previous = stage
         entry = previous_entry = st.stage_entry(summary, label)
-        if entry["status"] == "complete" and stage.mode != "bench":  # a bench re-scores what is there now
+        if st.finished(entry, stage) and stage.mode != "bench":  # a bench re-scores what is there now
             say(f"stage {index + 1}/{len(cfg.stage_configs)} {label} already complete; skipping")
             continue
         path = os.path.join(stage.run_dir, "config.resolved.yaml")

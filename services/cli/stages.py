@@ -60,6 +60,16 @@ def stage_entry(summary: dict[str, Any], name: str) -> dict[str, Any]:
     return entry
 
 
+def finished(entry: dict[str, Any], stage: TrinityConfig) -> bool:
+    """A stage recorded complete is skipped, unless the config now asks for more steps than it ran
+    (buffer.total_steps raised): then it continues from its last checkpoint, as Trinity's
+    continue_from_checkpoint does."""
+    if entry["status"] != "complete":
+        return False
+    wanted = stage.buffer.total_steps
+    return wanted is None or int(entry.get("steps") or 0) >= wanted
+
+
 def final_model_dir(stage: TrinityConfig) -> str | None:
     """The model directory of a stage's latest full checkpoint (what the next stage starts from)."""
     from services.trainer.checkpoint import full_checkpoint_root, latest_checkpoint, model_dir

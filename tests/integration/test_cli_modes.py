@@ -1,12 +1,13 @@
 """`trinity run` in the modes other than `both`, through the real CLI on one run dir, as a Trinity
 user runs them: `train` (SFT on a file dataset, checkpoints at steps 2 and 4), then `bench` on the
 same run (every checkpoint scored in order, then only the latest), then `explore` (rollouts into
-the queue, nobody trains them)."""
+the queue, nobody trains them), then `train` again: skipped, then continued to a raised total_steps."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+from typing import Any
 
 import pytest
 
@@ -16,8 +17,8 @@ from tests.integration.runs import PORTS, stages, trinity_run, write_run_config
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(600)
-def test_train_then_bench_then_explore_on_one_run(tmp_path: pathlib.Path) -> None:
+def job(tmp_path: pathlib.Path) -> dict[str, Any]:
+    """SFT of the tiny model on a file dataset, 4 steps, checkpoints at 2 and 4, an eval taskset."""
     data = tmp_path / "tasks.jsonl"
     write_jsonl(generate(ArithSpec(digits=2), 64, seed=3), data)
     fmt = {"prompt_key": "question", "response_key": "answer"}
@@ -58,7 +59,12 @@ def test_train_then_bench_then_explore_on_one_run(tmp_path: pathlib.Path) -> Non
         "monitor": {"monitor_type": "none"},
         "services": {**PORTS, "shutdown_grace_s": 3},
     }
-    config = write_run_config(cfg, tmp_path / "config.yaml")
+    return cfg
+
+
+@pytest.mark.timeout(600)
+def test_train_then_bench_then_explore_on_one_run(tmp_path: pathlib.Path) -> None:
+    config = write_run_config(job(tmp_path), tmp_path / "config.yaml")
     run_dir = tmp_path / "runs" / "modes" / "run"
     summary = lambda: {s["name"]: s for s in stages(run_dir)}  # noqa: E731
 
@@ -96,3 +102,32 @@ def test_train_then_bench_then_explore_on_one_run(tmp_path: pathlib.Path) -> Non
     assert explore["experiences"] == {"written": 16, "trained": 0, "buffered": 16, "dropped": {}}
     assert list(explore["phases"]) == ["explorer:explorer"]  # no trainer in explore mode
     assert set(summary()) == {"run:train", "run:bench", "run:explore"}
+
+    # the finished train stage: the same total_steps skips it; a larger one continues it from its last
+    # checkpoint (step 4) to the new total, as Trinity's continue_from_checkpoint does
+    assert "run:train already complete; skipping" in trinity_run(config, "mode=train")
+    out = trinity_run(config, "mode=train", "buffer.total_steps=6")
+    train = summary()["run:train"]
+    assert train["status"] == "complete" and train["steps"] == 6 and train["experiences"]["trained"] == 48, (
+        out
+    )
+
+
+@pytest.mark.timeout(600)
+def test_a_finished_run_trains_on_when_total_steps_is_raised(tmp_path: pathlib.Path) -> None:
+    """Mode both: the explorer closed its writer when the first run ended; the continued run's trainer
+    must not take that for the end of the data (it starts before the explorer)."""
+    cfg = job(tmp_path)
+    cfg["algorithm"] = {"algorithm_type": "grpo", "repeat_times": 2, "kl_loss_fn": "none"}
+    cfg["buffer"]["total_steps"] = 2
+    cfg["buffer"]["trainer_input"] = {"experience_buffer": {"name": "exps", "storage_type": "queue"}}
+    cfg["buffer"].pop("train_batch_size")
+    config = write_run_config(cfg, tmp_path / "config.yaml")
+    run_dir = tmp_path / "runs" / "modes" / "run"
+
+    trinity_run(config)
+    assert stages(run_dir)[0]["steps"] == 2
+    out = trinity_run(config, "buffer.total_steps=4")
+    [stage] = stages(run_dir)
+    assert stage["status"] == "complete" and stage["steps"] == 4, out[-3000:]
+    assert stage["experiences"]["trained"] == 4 * 4 * 2  # 4 steps of 4 tasks x 2 rollouts

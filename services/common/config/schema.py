@@ -79,7 +79,8 @@ class TrinityConfig(Section):
     checkpoint_root_dir: str = "./runs"
     """Root of checkpoints, buffers, logs and TensorBoard files."""
     continue_from_checkpoint: bool = True
-    """Resume the run in <run dir> if there is one; false starts <name>_<timestamp>."""
+    """Resume the run in <run dir> if there is one (a finished stage is skipped unless total_steps
+    was raised, then it trains on to the new total); false starts <name>_<timestamp>."""
     ray_namespace: str | None = None
     """Accepted for Trinity compatibility; no effect."""
     algorithm: AlgorithmConfig = AlgorithmConfig()
