@@ -2,11 +2,12 @@
 off-policy (`offset1`) and fully asynchronous (`fully_async`) variants, seconds per step.
 
     .venv-vllm/bin/python benchmarks/smollm2_async.py [--steps 8] [--pin] [--variants offset1,fully_async]
+    .venv-vllm/bin/python benchmarks/smollm2_async.py --pin --baseline dapo_first_wording --variants dapo_fully_async
 
 Each variant is a `trinity run` of examples/smollm2_grpo/<variant>.yaml with vLLM rollouts, its
 evals removed and the training file read in order (every run gets the same questions), one after
-the other on this machine; the on-policy run (config.yaml) is the baseline of each figure, measured
-in the same invocation. `--pin` runs the trainer on core 0 and the explorer on core 1
+the other on this machine; the on-policy run (`--baseline`, config.yaml by default; DAPO's on-policy
+job is dapo_first_wording.yaml) is the baseline of each figure, measured in the same invocation. `--pin` runs the trainer on core 0 and the explorer on core 1
 (TRINITY_PIN_CPUS, `taskset -c`, one torch thread each): one device each on a 2-core box, so
 sampling and training overlap only as far as separate devices would let them. Without it both use
 every core and compete.
@@ -40,7 +41,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.lib.e2e_figures import steady_step_time  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "smollm2_grpo"
-TARGETS = {"fully_async": 0.75, "offset1": 1.0}
+TARGETS = {"fully_async": 0.75, "dapo_fully_async": 0.75, "offset1": 1.0}
 
 
 def say(message: str) -> None:
@@ -111,24 +112,26 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of every figure")
     parser.add_argument("--pin", action="store_true", help="trainer on core 0, explorer on core 1")
     parser.add_argument("--variants", default="offset1,fully_async")
+    parser.add_argument("--baseline", default="config", help="the on-policy variant every ratio is to")
     args = parser.parse_args()
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if not (EXAMPLE / f"{v}.yaml").exists()]
-    if unknown:
-        parser.error(f"--variants: no examples/smollm2_grpo/{unknown[0]}.yaml")
+    for flag, names in (("--baseline", [args.baseline]), ("--variants", variants)):
+        unknown = [v for v in names if not (EXAMPLE / f"{v}.yaml").exists()]
+        if unknown:
+            parser.error(f"{flag}: no examples/smollm2_grpo/{unknown[0]}.yaml")
     if args.steps < args.warmup + 3:
         parser.error(f"--steps must be at least --warmup + 3 = {args.warmup + 3}")
     if not pathlib.Path(args.model).exists():
         sys.exit(f"--model {args.model}: no model there; `make model-smollm2` converts SmolLM2 offline")
     got: dict[str, dict[str, Any]] = {}
-    for variant in ["config", *variants]:
+    for variant in [args.baseline, *variants]:
         with tempfile.TemporaryDirectory(prefix=f"smollm2-async-{variant}-") as tmp:
             say(f"{variant}: trinity run, {args.steps} steps{' pinned' if args.pin else ''}")
             got[variant] = figures(
                 run_variant(variant, args.model, args.steps, pathlib.Path(tmp), args.pin), args.warmup
             )
             say(f"{variant}: {json.dumps(got[variant])}")
-    base = got["config"]
+    base = got[args.baseline]
     for variant in variants:
         mine = got[variant]
         line = {
@@ -136,7 +139,7 @@ def main() -> None:
             "unit": "s/step",
             "ours": mine["s_per_step"],
             "baseline": base["s_per_step"],
-            "baseline_name": "the on-policy run (examples/smollm2_grpo/config.yaml), same invocation",
+            "baseline_name": f"the on-policy run (examples/smollm2_grpo/{args.baseline}.yaml), same invocation",
             "ratio": round(mine["s_per_step"] / base["s_per_step"], 3),
             "target_ratio": TARGETS.get(variant, 1.0),
             "lower_is_better": True,

@@ -15,6 +15,30 @@ EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "smollm2_gr
 
 # config.yaml's lean memory settings came after the variants were measured: they keep the earlier ones
 EARLIER = {"explorer.rollout_model.kv_cache_memory_gib", "trainer.micro_batch_size"}
+# DAPO on the first wording
+DAPO = {
+    "name",
+    *EARLIER,
+    "algorithm.algorithm_type",
+    "algorithm.policy_loss_fn_args.clip_range_low",
+    "algorithm.policy_loss_fn_args.clip_range_high",
+    "algorithm.policy_loss_fn_args.loss_agg_mode",
+    "buffer.explorer_input.taskset.path",
+    "buffer.explorer_input.eval_tasksets",
+    "data_processor.experience_pipeline.operators",
+    "explorer.max_num_gen_batches",
+}
+# fully asynchronous: no sync wait, rows at most 2 versions old, rollout correction
+ASYNC = {
+    "algorithm.rollout_correction.rollout_is",
+    "algorithm.rollout_correction.rollout_is_threshold",
+    "algorithm.rollout_correction.rollout_rs",
+    "algorithm.rollout_correction.rollout_rs_threshold",
+    "synchronizer.sync_offset",
+    "synchronizer.sync_style",
+    "synchronizer.explorer_sync_interval",
+    "synchronizer.max_staleness",
+}
 # the keys each variant changes from config.yaml (flattened paths)
 CHANGED = {
     "offset1": {"name", "synchronizer.sync_offset", *EARLIER},
@@ -27,30 +51,10 @@ CHANGED = {
         "explorer.rollout_model.engine_type",
         "trainer.micro_batch_size",
     },
-    "fully_async": {
-        "name",
-        *EARLIER,
-        "algorithm.rollout_correction.rollout_is",
-        "algorithm.rollout_correction.rollout_is_threshold",
-        "algorithm.rollout_correction.rollout_rs",
-        "algorithm.rollout_correction.rollout_rs_threshold",
-        "synchronizer.sync_offset",
-        "synchronizer.sync_style",
-        "synchronizer.explorer_sync_interval",
-        "synchronizer.max_staleness",
-    },
-    "dapo_first_wording": {
-        "name",
-        *EARLIER,
-        "algorithm.algorithm_type",
-        "algorithm.policy_loss_fn_args.clip_range_low",
-        "algorithm.policy_loss_fn_args.clip_range_high",
-        "algorithm.policy_loss_fn_args.loss_agg_mode",
-        "buffer.explorer_input.taskset.path",
-        "buffer.explorer_input.eval_tasksets",
-        "data_processor.experience_pipeline.operators",
-        "explorer.max_num_gen_batches",
-    },
+    "fully_async": {"name", *EARLIER} | ASYNC,
+    "dapo_first_wording": DAPO,
+    # dapo_first_wording run as fully_async runs GRPO
+    "dapo_fully_async": DAPO | ASYNC,
 }
 
 
@@ -96,6 +100,10 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
         "dapo_dynamic_sampling",
     ]
     assert dapo.data_processor.experience_pipeline.operators[1].args == {"criterion": "std"}
+    dapo_async = load_config(str(EXAMPLE / "dapo_fully_async.yaml"))
+    assert dapo_async.algorithm.algorithm_type == "dapo"
+    assert dapo_async.synchronizer.sync_style == "fully_async" and dapo_async.synchronizer.max_staleness == 2
+    assert dapo_async.algorithm.rollout_correction is not None
     assert load_config(str(EXAMPLE / "offset1.yaml")).synchronizer.sync_offset == 1
     colocate = load_config(str(EXAMPLE / "colocate.yaml"))
     assert colocate.mode == "colocate" and colocate.synchronizer.in_place
