@@ -61,7 +61,7 @@ def specs_from_config(cfg: TrinityConfig) -> list[BufferSpec]:
     for i, ts in enumerate(b.explorer_input.eval_tasksets):
         specs.append(spec_of(ts, name=ts.name or f"eval_taskset_{i}", is_eval=True))
     ti = b.trainer_input
-    specs.append(spec_of(ti.experience_buffer, name=ti.experience_buffer.name or "experience_buffer"))
+    specs.append(spec_of(ti.experience_buffer, name=ti.experience_buffer.name))
     for key, aux in ti.auxiliary_buffers.items():
         specs.append(spec_of(aux, name=aux.name or key))
     if ti.sft_warmup_dataset is not None:

@@ -19,7 +19,7 @@ async def record_counts(cfg: TrinityConfig, entry: dict[str, Any]) -> None:
     from services.buffer.client import BufferClient
 
     experience_buffer = cfg.buffer.trainer_input.experience_buffer
-    name = experience_buffer.name or "experience_buffer"
+    name = experience_buffer.name
     async with await BufferClient.connect(cfg.services.buffer.address, services_cfg=cfg.services) as buffer:
         stats = await buffer.stats(name)
     # The run dir may hold an earlier run's trainer progress (train, then explore): count it only

@@ -25,7 +25,7 @@ def dataset_buffers(cfg: TrinityConfig) -> dict[str, StorageConfig]:
     ti = cfg.buffer.trainer_input
     found = {}
     if ti.experience_buffer.storage_type == "file":
-        found[ti.experience_buffer.name or "experience_buffer"] = ti.experience_buffer
+        found[ti.experience_buffer.name] = ti.experience_buffer
     for key, aux in ti.auxiliary_buffers.items():
         if aux.storage_type == "file":
             found[aux.name or key] = aux

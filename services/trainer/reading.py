@@ -50,14 +50,14 @@ class LeasedReader:
     def input_buffers(self) -> list[str]:
         """Every buffer a step may read: the experience buffer and the auxiliary buffers."""
         trainer_input = self.cfg.buffer.trainer_input
-        names = [trainer_input.experience_buffer.name or "experience_buffer"]
+        names = [trainer_input.experience_buffer.name]
         names += [aux.name or key for key, aux in trainer_input.auxiliary_buffers.items()]
         return list(dict.fromkeys(names))
 
     def buffer_name(self, request: ReadRequest) -> str:
         trainer_input = self.cfg.buffer.trainer_input
         if request.source == "experience":
-            return trainer_input.experience_buffer.name or "experience_buffer"
+            return trainer_input.experience_buffer.name
         aux = trainer_input.auxiliary_buffers.get(request.buffer_name)
         return (aux.name or request.buffer_name) if aux else request.buffer_name
 

@@ -9,6 +9,7 @@ writes see the same values and no service derives them again:
 | trainer.max_token_len_per_gpu, with use_dynamic_bsz | ceil(2 x model's max_model_len / ulysses_sequence_parallel_size) (Trinity's rule) |
 | explorer.rollout_model.enable_thinking, auxiliary_models[].enable_thinking | model.enable_thinking |
 | synchronizer.bucket_mb, with rollout_model.weight_sync_buffer_size | weight_sync_buffer_size (one setting, two names) |
+| buffer.trainer_input.experience_buffer.name, given as "" (a section without `name`) | `experience_buffer`, the default section's name |
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from services.common.config.schema import TrinityConfig
+
+
+EXPERIENCE_BUFFER = "experience_buffer"
+"""The experience buffer's name when its section names none (TrainerInputConfig's default)."""
 
 
 def token_budget(cfg: TrinityConfig) -> int | None:
@@ -52,6 +57,12 @@ def resolve_derived(cfg: TrinityConfig) -> TrinityConfig:
         updates["synchronizer"] = cfg.synchronizer.model_copy(
             update={"bucket_mb": rollout.weight_sync_buffer_size}
         )
+    experience = cfg.buffer.trainer_input.experience_buffer
+    if not experience.name:
+        trainer_input = cfg.buffer.trainer_input.model_copy(
+            update={"experience_buffer": experience.model_copy(update={"name": EXPERIENCE_BUFFER})}
+        )
+        updates["buffer"] = cfg.buffer.model_copy(update={"trainer_input": trainer_input})
     resolved = cfg.model_copy(update=updates)
     resolved._stage_configs = cfg._stage_configs
     return resolved

@@ -153,7 +153,7 @@ async def serve_proxy(cfg: TrinityConfig, stop: asyncio.Future[Any], servicer: A
             commits = Commits(
                 history,
                 buffer,
-                buffer_name=cfg.buffer.trainer_input.experience_buffer.name or "experience_buffer",
+                buffer_name=cfg.buffer.trainer_input.experience_buffer.name,
                 producer=ex.name,
                 group_size=cfg.algorithm.repeat_times,
                 ttl_s=ex.serve.session_ttl_s,

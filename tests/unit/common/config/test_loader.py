@@ -44,6 +44,16 @@ def test_scientific_notation_is_a_float(tmp_path: pathlib.Path) -> None:
     assert cfg.algorithm.optimizer.lr == pytest.approx(3e-4)
 
 
+def test_an_unnamed_experience_buffer_is_named_once_at_load(tmp_path: pathlib.Path) -> None:
+    """Explorer, trainer, buffer specs and counters all read the resolved name: no second default."""
+    text = "buffer:\n  trainer_input:\n    experience_buffer: {storage_type: sql}\n"
+    assert (
+        load_config(write(tmp_path, text)).buffer.trainer_input.experience_buffer.name == "experience_buffer"
+    )
+    named = text.replace("{storage_type: sql}", "{name: rows, storage_type: sql}")
+    assert load_config(write(tmp_path, named)).buffer.trainer_input.experience_buffer.name == "rows"
+
+
 @pytest.mark.parametrize(
     ("text", "path", "fragment"),
     [
