@@ -159,7 +159,7 @@ bench: $(STAMP)
 # default 40 steps on 2 cores; SMOLLM2_STEPS=2 checks the pipeline in a few minutes, SMOLLM2_SEED=1
 # runs another seed (its own run dir). SMOLLM2_VARIANT picks examples/smollm2_grpo/<variant>.yaml:
 # config (default, on-policy GRPO), offset1, fully_async, colocate, colocate_small, dapo_first_wording,
-# dapo_fully_async.
+# dapo_offset1, dapo_fully_async.
 # SMOLLM2_PIN=1 pins the trainer to core 0 and the explorer to core 1 (taskset, one torch thread
 # each: two devices' stand-in).
 # Ends with summary.json and plot.png in the run dir.

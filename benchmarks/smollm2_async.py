@@ -2,7 +2,7 @@
 off-policy (`offset1`) and fully asynchronous (`fully_async`) variants, seconds per step.
 
     .venv-vllm/bin/python benchmarks/smollm2_async.py [--steps 8] [--pin] [--variants offset1,fully_async]
-    .venv-vllm/bin/python benchmarks/smollm2_async.py --pin --baseline dapo_first_wording --variants dapo_fully_async
+    .venv-vllm/bin/python benchmarks/smollm2_async.py --pin --baseline dapo_first_wording --variants dapo_offset1,dapo_fully_async
 
 Each variant is a `trinity run` of examples/smollm2_grpo/<variant>.yaml with vLLM rollouts, its
 evals removed and the training file read in order (every run gets the same questions), one after
@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.lib.e2e_figures import steady_step_time  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "smollm2_grpo"
-TARGETS = {"fully_async": 0.75, "dapo_fully_async": 0.75, "offset1": 1.0}
+TARGETS = {"fully_async": 0.75, "dapo_fully_async": 0.75, "offset1": 1.0, "dapo_offset1": 1.0}
 
 
 def say(message: str) -> None:

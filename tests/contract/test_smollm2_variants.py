@@ -55,6 +55,8 @@ CHANGED = {
     "dapo_first_wording": DAPO,
     # dapo_first_wording run as fully_async runs GRPO
     "dapo_fully_async": DAPO | ASYNC,
+    # dapo_first_wording run as offset1 runs GRPO
+    "dapo_offset1": DAPO | {"synchronizer.sync_offset"},
 }
 
 
@@ -105,6 +107,8 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
     assert dapo_async.synchronizer.sync_style == "fully_async" and dapo_async.synchronizer.max_staleness == 2
     assert dapo_async.algorithm.rollout_correction is not None
     assert load_config(str(EXAMPLE / "offset1.yaml")).synchronizer.sync_offset == 1
+    dapo_offset1 = load_config(str(EXAMPLE / "dapo_offset1.yaml"))
+    assert dapo_offset1.algorithm.algorithm_type == "dapo" and dapo_offset1.synchronizer.sync_offset == 1
     colocate = load_config(str(EXAMPLE / "colocate.yaml"))
     assert colocate.mode == "colocate" and colocate.synchronizer.in_place
     small = load_config(str(EXAMPLE / "colocate_small.yaml"))
