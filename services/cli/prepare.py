@@ -200,7 +200,7 @@ async def reopen_writers(cfg: TrinityConfig) -> None:
     """
     from services.buffer.client import BufferClient
 
-    name = cfg.buffer.trainer_input.experience_buffer.name  # as the explorer writes it (explorer.py)
+    name = cfg.buffer.trainer_input.experience_buffer.name  # resolved at load, as the explorer reads it
     async with await BufferClient.connect(cfg.services.buffer.address, services_cfg=cfg.services) as buffer:
         for writer in explorer_names(cfg):
             await buffer.open_writer(name, writer)

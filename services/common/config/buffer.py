@@ -330,8 +330,12 @@ class ExplorerInputConfig(Section):
         return MIX_NAME if self.tasksets else ""
 
 
+EXPERIENCE_BUFFER = "experience_buffer"
+"""The experience buffer's name when its section names none (the loader resolves "" to it: resolve.py)."""
+
+
 class TrainerInputConfig(Section):
-    experience_buffer: StorageConfig = StorageConfig(name="experience_buffer", storage_type="queue")
+    experience_buffer: StorageConfig = StorageConfig(name=EXPERIENCE_BUFFER, storage_type="queue")
     """Where the explorer writes and the trainer reads."""
     auxiliary_buffers: dict[str, StorageConfig] = Field(default_factory=dict)
     """Extra buffers (SFT data for mix, ...)."""

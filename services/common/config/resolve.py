@@ -17,12 +17,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from services.common.config.buffer import EXPERIENCE_BUFFER
+
 if TYPE_CHECKING:
     from services.common.config.schema import TrinityConfig
-
-
-EXPERIENCE_BUFFER = "experience_buffer"
-"""The experience buffer's name when its section names none (TrainerInputConfig's default)."""
 
 
 def token_budget(cfg: TrinityConfig) -> int | None:
