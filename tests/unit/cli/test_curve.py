@@ -66,3 +66,35 @@ def test_a_run_that_trained_nothing_has_no_train_minutes(tmp_path: pathlib.Path)
     )
     [point] = learning_curve(cfg)
     assert "train_minutes" not in point and point["scores"]["eval/h/strict/mean@1"] == 0.1
+
+
+def test_a_continued_run_counts_no_time_between_its_trainer_starts(tmp_path: pathlib.Path) -> None:
+    # first run: trainer up 100-190 (steps at 130, 190), end-of-stage eval, then 2 h later
+    # `total_steps` raised: the trainer starts again at 7500 and steps at 7540, 7600
+    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
+    run = pathlib.Path(cfg.run_dir)
+    write_lines(
+        run / "trainer" / "events.jsonl",
+        [
+            {"event": "resumed", "time": 100.0, "at_line": 0},
+            {"event": "resumed", "time": 7500.0, "at_line": 2},
+        ],
+    )
+    write_lines(
+        run / "trainer" / "progress.jsonl",
+        [{"step": s, "time": t} for s, t in ((1, 130.0), (2, 190.0), (3, 7540.0), (4, 7600.0))],
+    )
+    write_lines(
+        run / "eval" / "results.jsonl",
+        [
+            evaluated(150.0, 10.0, 1, 0.2),  # began 140: 40 s
+            evaluated(230.0, 20.0, 2, 0.5, mode="bench"),  # end of the first run: 90 - 10 = 80 s
+            evaluated(7480.0, 20.0, 2, 0.5, mode="bench"),  # start of the second: still 80 s
+            evaluated(7560.0, 5.0, 3, 0.6),  # began 7555: 90 + 55 - 10 = 135 s
+            evaluated(7650.0, 20.0, 4, 0.8, mode="bench"),  # after the last step: 90 + 100 - 15 = 175 s
+        ],
+    )
+
+    minutes = [p["train_minutes"] for p in learning_curve(cfg)]
+
+    assert minutes == [round(s / 60, 2) for s in (40, 80, 80, 135, 175)]
