@@ -9,10 +9,10 @@ event) to the moment the eval began, minus the time the explorer spent in the ev
 minutes a run without evals would have needed to reach those weights. A run continued later
 (`total_steps` raised, `continue_from_checkpoint`) starts the trainer again: each start opens a
 session that ends at its last step record, and the wall time between sessions (the first run's
-end-of-stage eval, the hours before the second `trinity run`, its start-up) is not counted. The
-start-of-stage eval is at 0; the end-of-stage eval at the trainer's last step; a later point never
-has fewer minutes than an earlier one (an eval overlapping the trainer's last step is not
-subtracted twice). A run that trained nothing (bench, explore) has no `train_minutes`.
+end-of-stage eval, the hours before the second `trinity run`; likewise a restart after a crash) is
+not counted. The start-of-stage eval is at 0; the end-of-stage eval at the trainer's last step; a
+later point never has fewer minutes than an earlier one (an eval overlapping the trainer's last
+step is not subtracted twice). A run that trained nothing (bench, explore) has no `train_minutes`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def _trainer_sessions(stage: TrinityConfig) -> list[tuple[float, float]]:
         float(r["time"]) for r in read_lines(os.path.join(trainer, "progress.jsonl")) if r and "time" in r
     )
     sessions = []
-    for start, until in zip(starts, [*starts[1:], float("inf")], strict=True):
+    for i, start in enumerate(starts):
+        until = starts[i + 1] if i + 1 < len(starts) else float("inf")
         mine = [t for t in steps if start <= t < until]
         if mine:
             sessions.append((start, mine[-1]))
