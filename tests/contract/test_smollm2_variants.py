@@ -24,6 +24,7 @@ DAPO = {
     "algorithm.policy_loss_fn_args.clip_range_high",
     "algorithm.policy_loss_fn_args.loss_agg_mode",
     "buffer.explorer_input.taskset.path",
+    "buffer.explorer_input.taskset.reward_fn_args.boxed_wrong",
     "buffer.explorer_input.eval_tasksets",
     "data_processor.experience_pipeline.operators",
     "explorer.max_num_gen_batches",
@@ -102,6 +103,7 @@ def test_the_variants_mean_what_they_say(tmp_path: pathlib.Path, monkeypatch: py
         "dapo_dynamic_sampling",
     ]
     assert dapo.data_processor.experience_pipeline.operators[1].args == {"criterion": "std"}
+    assert dapo.buffer.explorer_input.taskset.reward_fn_args == {"boxed_wrong": 0.3}
     dapo_async = load_config(str(EXAMPLE / "dapo_fully_async.yaml"))
     assert dapo_async.algorithm.algorithm_type == "dapo"
     assert dapo_async.synchronizer.sync_style == "fully_async" and dapo_async.synchronizer.max_staleness == 2
