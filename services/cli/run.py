@@ -4,10 +4,10 @@ Per stage: buffer and synchronizer start first; the eval tasksets are scored on 
 starting weights (an explorer in bench mode); then the trainer and/or explorer run until they
 finish, with a progress line every few seconds; the eval tasksets are scored again on the
 stage's final checkpoint; `<run dir>/summary.json` is updated; the next stage starts from this
-stage's final weights. A child that dies unexpectedly is restarted (up to `max_restarts` times):
-the services resume from the buffer's cursors and the trainer's latest checkpoint. Ctrl-C stops
-everything (SIGTERM, then SIGKILL after the grace). Re-running the same command continues an
-unfinished run (continue_from_checkpoint) and skips finished stages, except one whose
+stage's final weights. A child that dies unexpectedly is restarted (up to `max_restarts` times;
+children.py): the services resume from the buffer's cursors and the trainer's latest checkpoint.
+Ctrl-C stops everything (SIGTERM, then SIGKILL after the grace). Re-running the same command
+continues an unfinished run (continue_from_checkpoint) and skips finished stages, except one whose
 buffer.total_steps was raised: it trains on from its last checkpoint.
 
 Modes: `both` runs trainer and explorer, `train` the trainer alone (file datasets, or a queue
@@ -28,21 +28,17 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from services.cli import stages as st
+from services.cli.children import ChildProcesses
 from services.cli.counts import record_counts, record_serve_counts
 from services.cli.curve import learning_curve
 from services.cli.memory_watch import run_watched
 from services.cli.prepare import (
     INFRA,
-    LABEL_WIDTH,
     WORKERS_OF_MODE,
-    child_endpoint,
-    child_env,
     fresh_run_overrides,
-    pin_prefix,
     pinned_cpus,
     preflight,
     prepare_data,
@@ -50,130 +46,16 @@ from services.cli.prepare import (
     replica_overrides,
     resolve_ports,
     say,
-    takes_turns,
     write_resolved_config,
 )
-from services.cli.progress import ProgressReporter, pump
+from services.cli.progress import ProgressReporter
 from services.common.config import TrinityConfig, load_config
 from services.common.errors import TrinityError
-from services.common.health import wait_healthy
-from services.common.logging import LOG_FILE_ENV
-from services.common.parent_watch import LABEL_ENV, SIBLINGS_ENV, stop_order, write_siblings
-from services.common.procs import listening
 from services.synchronizer.transfer.shared import remove_run_shares
 
 
-@dataclass
-class Child:
-    name: str
-    proc: asyncio.subprocess.Process
-    log_file: Any
-    address: str = ""
-    pump: asyncio.Task[None] | None = None
-    tail: list[str] = field(default_factory=list)
-
-
-class StageRunner:
+class StageRunner(ChildProcesses):
     """Runs one stage's services; see the module docstring."""
-
-    def __init__(
-        self, cfg: TrinityConfig, config_path: str, *, verbose: bool = False, max_restarts: int = 3
-    ) -> None:
-        self.cfg = cfg
-        self.config_path = config_path
-        self.verbose = verbose
-        self.max_restarts = max_restarts
-        self.children: dict[str, Child] = {}
-        self.overrides: dict[str, tuple[str, ...]] = {}  # --set items a worker keeps across restarts
-        self.log_dir = os.path.join(cfg.run_dir, "logs")
-        # {label: pid} of the children, for them to stop in order if this process dies (parent_watch.py)
-        self.siblings_file = os.path.join(self.log_dir, "children.json")
-        self.service_of: dict[str, str] = {}  # child label -> service module (explorer-2 -> explorer)
-
-    def _record_children(self) -> None:
-        write_siblings(self.siblings_file, {label: c.proc.pid for label, c in self.children.items()})
-
-    # ---- children -------------------------------------------------------------------------------
-
-    async def start(self, name: str, *overrides: str, label: str | None = None, alone: bool = False) -> Child:
-        """Start `python -m services.<name>` and wait until it is healthy; `alone`: the only
-        computing worker of the moment (see child_env). An explorer replica (label `explorer-2`, ...)
-        is found at the port its overrides give it (replica_overrides)."""
-        label = label or name
-        self.service_of[label] = name
-        endpoint = child_endpoint(self.cfg, name, overrides)
-        if endpoint.port and listening(endpoint.host, endpoint.port):
-            # its health check would answer for the other server while this child fails to bind
-            raise RuntimeError(
-                f"{endpoint.address} already has a server listening (another trinity run, or a service "
-                f"left over from one?): stop it, or give this run another services.{name}.port"
-            )
-        os.makedirs(self.log_dir, exist_ok=True)
-        log_path = os.path.join(self.log_dir, f"{label}.log")
-        # unbuffered: a line the pump took from the child is on disk even if the runner is killed
-        log_file = open(log_path, "ab", buffering=0)  # noqa: ASYNC230, SIM115 - closed in stop_all
-        args = [arg for item in overrides for arg in ("--set", item)]
-        env = child_env(alone=alone, service=name)
-        pin = pin_prefix(label, env)
-        proc = await asyncio.create_subprocess_exec(
-            *pin,
-            sys.executable,
-            "-m",
-            f"services.{name}",
-            "--config",
-            self.config_path,
-            *args,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env={
-                **env,
-                LOG_FILE_ENV: log_path,
-                SIBLINGS_ENV: self.siblings_file,
-                LABEL_ENV: label,
-            },
-            start_new_session=True,
-        )
-        child = Child(label, proc, log_file, endpoint.address)
-        child.pump = asyncio.create_task(self._pump(child))
-        self.children[label] = child
-        self._record_children()
-        await wait_healthy(
-            endpoint.address,
-            self.cfg.services.health_wait_s,
-            services_cfg=self.cfg.services,
-            alive=lambda: proc.returncode is None,
-            finished=lambda: proc.returncode == 0,
-        )
-        return child
-
-    async def _pump(self, child: Child) -> None:
-        assert child.proc.stdout is not None
-        prefix = f"[{child.name:<{LABEL_WIDTH}}] "
-        await pump(child.proc.stdout, child.log_file, prefix, child.tail, verbose=self.verbose)
-
-    async def stop(self, label: str) -> None:
-        child = self.children.pop(label, None)
-        if child is None:
-            return
-        self._record_children()
-        grace = self.cfg.services.shutdown_grace_s + 5
-        if child.proc.returncode is None:
-            child.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(child.proc.wait(), grace)
-            except asyncio.TimeoutError:
-                say(f"{label} did not stop in {grace:.0f}s; killing it", err=True)
-                child.proc.kill()
-                await child.proc.wait()
-        if child.pump is not None:
-            await child.pump
-        child.log_file.close()
-
-    async def stop_all(self) -> None:
-        for label in stop_order(list(self.children)):
-            await self.stop(label)
-
-    # ---- the stage ------------------------------------------------------------------------------
 
     async def run(self, entry: dict[str, Any], save: Any) -> int:
         started = time.monotonic()
@@ -288,55 +170,11 @@ class StageRunner:
         reporter = ProgressReporter(self.cfg, [*workers])
         progress = asyncio.create_task(reporter.run())
         try:
-            return await self._watch(labels)
+            return await self.watch(labels)
         finally:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
-
-    def _alone(self, workers: Sequence[str]) -> bool:
-        """Each worker may use every core: it is the only one, or the workers take turns."""
-        return len(workers) == 1 or (len(workers) == 2 and takes_turns(self.cfg))
-
-    async def _watch(self, workers: Sequence[str]) -> int:
-        restarts: dict[str, int] = {}
-        done: set[str] = set()
-        while True:
-            waits = {asyncio.ensure_future(c.proc.wait()): label for label, c in self.children.items()}
-            finished, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for fut in pending:
-                fut.cancel()
-            for fut in finished:
-                label, code = waits[fut], fut.result()
-                if label in workers and code == 0:
-                    done.add(label)
-                    say(f"{label} finished")
-                    child = self.children.pop(label)
-                    self._record_children()
-                    if child.pump is not None:
-                        await child.pump
-                    child.log_file.close()
-                    continue
-                if code == 2:  # the service rejected its config: a restart would fail the same way
-                    say(f"{label} exited with code 2 (invalid config); not restarting it", err=True)
-                    return 1
-                restarts[label] = restarts.get(label, 0) + 1
-                if restarts[label] > self.max_restarts:
-                    say(f"{label} exited with code {code} {restarts[label]} times; giving up", err=True)
-                    return 1
-                say(
-                    f"{label} exited with code {code}; restarting it ({restarts[label]}/{self.max_restarts})",
-                    err=True,
-                )
-                await self.stop(label)
-                await self.start(
-                    self.service_of.get(label, label),
-                    *self.overrides.get(label, ()),
-                    label=label,
-                    alone=label in workers and self._alone(workers),
-                )
-            if done == set(workers):
-                return 0
 
 
 async def run_async(config: str | None, overrides: Sequence[str] = (), *, verbose: bool = False) -> int:

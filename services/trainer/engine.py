@@ -15,7 +15,8 @@ share of the rows, the algorithm API's contract) before one clipped optimizer st
 Logprobs and entropy come from the logits in blocks of positions (logprobs.py); each phase's peak
 memory (memory.py) is in the step's metrics as memory/<phase>_peak_mb.
 
-Settings and the lr schedule: settings.py; the critic and batch metrics: modeling.py.
+Settings and the lr schedule: settings.py; the critic and batch metrics: modeling.py; what a
+checkpoint holds of the engine: engine_state.py.
 """
 
 from __future__ import annotations
@@ -33,17 +34,10 @@ from torch import Tensor, nn
 from services.common.errors import InvalidArgument
 from services.trainer.algorithms.api import Algorithm
 from services.trainer.batching import Batch, MicroShares, ModelInputs, micro_batches, rows_to_train
-from services.trainer.distributed import (
-    DistContext,
-    all_reduce_sums,
-    deal_micro_batches,
-    full_model_state,
-    gather_training_state,
-    scatter_training_state,
-    shard,
-)
+from services.trainer.distributed import DistContext, all_reduce_sums, deal_micro_batches, shard
+from services.trainer.engine_state import EngineState
 from services.trainer.logprobs import response_logits, response_logprobs
-from services.trainer.lora import is_lora, merged_state_dict
+from services.trainer.lora import is_lora
 from services.trainer.memory import PhasePeaks
 from services.trainer.modeling import (
     ValueModel,
@@ -64,7 +58,7 @@ class StepAbandoned(Exception):
     the optimizer and the step count are as they were before the call."""
 
 
-class TrainEngine:
+class TrainEngine(EngineState):
     """Model, optional reference model and critic, AdamW and the warm-up schedule; see the module doc."""
 
     def __init__(
@@ -367,40 +361,3 @@ class TrainEngine:
             self.optimizer.step()
         # A non-finite norm skips the update (the grads are garbage) but still counts the step.
         return float(norm)
-
-    # ---- checkpoint state -----------------------------------------------------------------------
-
-    def full_model_state(self) -> dict[str, Tensor]:
-        """The policy's full (unsharded) weights; under FSDP a collective, filled on rank 0 only (CPU).
-
-        With LoRA: the base weights with the adapter merged, under the base model's names (lora.py)."""
-        if self.dist is None:
-            if is_lora(self.model):
-                return merged_state_dict(self.model)
-            return {k: v.detach() for k, v in self.model.state_dict().items()}
-        return full_model_state(self.model)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Optimizer, scheduler, critic and step (the model's weights are saved separately, HF format).
-
-        Under FSDP the optimizer state is gathered in full (keyed by parameter name) on rank 0, so
-        a checkpoint resumes under any world size of the same strategy.
-        """
-        state: dict[str, Any] = {"scheduler": self.scheduler.state_dict(), "step": self.step}
-        if self.dist is None:
-            state["optimizer"] = self.optimizer.state_dict()
-            if self.critic is not None:
-                state["critic"] = self.critic.state_dict()
-            return state
-        return {**state, **gather_training_state(self._trainables, self.optimizer, self.critic)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Every rank passes the full state it read from the checkpoint."""
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.step = int(state["step"])
-        if self.dist is None:
-            self.optimizer.load_state_dict(state["optimizer"])
-            if self.critic is not None and "critic" in state:
-                self.critic.load_state_dict(state["critic"])
-            return
-        scatter_training_state(self._trainables, self.optimizer, self.critic, state)
