@@ -161,11 +161,7 @@ class ChildProcesses:
                 if label in workers and code == 0:
                     done.add(label)
                     say(f"{label} finished")
-                    child = self.children.pop(label)
-                    self._record_children()
-                    if child.pump is not None:
-                        await child.pump
-                    child.log_file.close()
+                    await self.stop(label)  # it has exited: stop only releases it (pump, log)
                     continue
                 if code == 2:  # the service rejected its config: a restart would fail the same way
                     say(f"{label} exited with code 2 (invalid config); not restarting it", err=True)
