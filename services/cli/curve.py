@@ -5,14 +5,19 @@ bench explorer and the explorer's own evals every `eval_interval` steps) becomes
 `{"step", "model_version", "train_minutes", "scores"}` with the `mean@k` scores.
 
 `train_minutes` counts the wall time the trainer was up, from its first start (its first `resumed`
-event) to the moment the eval began, minus the time the explorer spent in the evals before it: the
-minutes a run without evals would have needed to reach those weights. A run continued later
-(`total_steps` raised, `continue_from_checkpoint`) starts the trainer again: each start opens a
-session that ends at its last step record, and the wall time between sessions (the first run's
-end-of-stage eval, the hours before the second `trinity run`; likewise a restart after a crash) is
-not counted. The start-of-stage eval is at 0; the end-of-stage eval at the trainer's last step; a
-later point never has fewer minutes than an earlier one (an eval overlapping the trainer's last
-step is not subtracted twice). A run that trained nothing (bench, explore) has no `train_minutes`.
+event) to the moment the eval began, minus the time the trainer sat waiting for a batch while an
+eval before it ran (its waits are in its step records: `time/read`, ending where the step's own work
+began). An on-policy trainer waits through an explorer's eval, so the eval's time is left out; a
+fully asynchronous one trains on through it, so nothing is. That makes it an upper bound on the
+minutes a run without evals would have needed to reach those weights: an eval that slows the
+trainer (both on the same cores), or delays the batch after it, still counts. (Until 2026-11-28 the
+evals' whole time was subtracted, which undercounts whenever the trainer kept training meanwhile.)
+A run continued later (`total_steps` raised, `continue_from_checkpoint`) starts the trainer again:
+each start opens a session that ends at its last step record, and the wall time between sessions
+(the first run's end-of-stage eval, the hours before the second `trinity run`; likewise a restart
+after a crash) is not counted. The start-of-stage eval is at 0; the end-of-stage eval at the
+trainer's last step; a later point never has fewer minutes than an earlier one. A run that trained
+nothing (bench, explore) has no `train_minutes`.
 """
 
 from __future__ import annotations
@@ -50,10 +55,42 @@ def _trained_seconds(sessions: list[tuple[float, float]], at: float) -> float:
     return sum(max(0.0, min(at, end) - start) for start, end in sessions)
 
 
+# the phases of a step after its read, in the order the trainer runs them (trainer/service.py)
+_AFTER_READ = ("time/step", "time/replay_journal", "time/ack", "time/publish")
+
+
+def _trainer_waits(stage: TrinityConfig) -> list[tuple[float, float]]:
+    """(start, end) wall times of the trainer's waits for a batch, from its step records."""
+    waits = []
+    for record in read_lines(os.path.join(stage.run_dir, "trainer", "progress.jsonl")):
+        metrics = (record or {}).get("metrics") or {}
+        wait = float(metrics.get("time/read", 0.0))
+        if record and "time" in record and wait > 0:
+            end = float(record["time"]) - sum(float(metrics.get(k, 0.0)) for k in _AFTER_READ)
+            waits.append((end - wait, end))
+    return waits
+
+
+def _overlap(waits: list[tuple[float, float]], evals: list[tuple[float, float]], until: float) -> float:
+    """Seconds before `until` that lie in a wait and in an eval (the waits never overlap each other)."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(evals):  # evals of two explorers may overlap: count their union once
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return sum(
+        max(0.0, min(w_end, e_end, until) - max(w_start, e_start))
+        for w_start, w_end in waits
+        for e_start, e_end in merged
+    )
+
+
 def learning_curve(stage: TrinityConfig) -> list[dict[str, Any]]:
     """The stage's eval records in order, as curve points (see the module docstring)."""
-    sessions = _trainer_sessions(stage)
-    points, evals_before, latest = [], 0.0, 0.0
+    sessions, waits = _trainer_sessions(stage), _trainer_waits(stage)
+    points, latest = [], 0.0
+    evals: list[tuple[float, float]] = []
     for record in sorted(eval_records(stage), key=lambda r: float(r.get("time", 0.0))):
         scores = main_first(record.get("scores", {}))
         point: dict[str, Any] = {
@@ -61,11 +98,11 @@ def learning_curve(stage: TrinityConfig) -> list[dict[str, Any]]:
             "model_version": int(record.get("model_version", 0)),
             "scores": {k: round(v, 4) for k, v in scores.items() if "/mean@" in k},
         }
+        began = float(record.get("time", 0.0)) - float(record.get("eval_s", 0.0))
         if sessions:
-            began = float(record.get("time", 0.0)) - float(record.get("eval_s", 0.0))
-            latest = max(latest, _trained_seconds(sessions, began) - evals_before)
+            idle = _overlap(waits, evals, began)  # waiting for a batch while an earlier eval ran
+            latest = max(latest, _trained_seconds(sessions, began) - idle)
             point["train_minutes"] = round(latest / 60.0, 2)
-            if any(start < began < end for start, end in sessions):  # the trainer mostly waited for it
-                evals_before += float(record.get("eval_s", 0.0))
+        evals.append((began, float(record.get("time", 0.0))))
         points.append(point)
     return points

@@ -5,8 +5,8 @@ steps (mode serve + a train run: the agents' traffic has no steps) shows the mea
 each training step trained (`critic/rewards/mean`) instead. Right: held-out accuracy:
 `eval/<taskset>/strict/mean@k` and `lenient` where the taskset reports them (boxed-answer tasksets,
 services/explorer/eval.py), else its reward, against training minutes (summary.json's learning
-curve, the evals' own time left out, cli/curve.py) once `trinity run` has written it, else against
-minutes since the run's first logged scalar.
+curve, the trainer's waits during evals left out, cli/curve.py) once `trinity run` has written it,
+else against minutes since the run's first logged scalar.
 Written to RUN_DIR/plot.png unless --out says otherwise.
 
 matplotlib is the optional `[plot]` extra: only this command draws, and no service should pull a
@@ -86,7 +86,7 @@ def read_run(run_dir: str | pathlib.Path) -> RunSeries:
         series.reward, series.reward_axis = sorted((s, v) for _, s, v in trained), "training step"
     series.evals = _curve_evals(pathlib.Path(run_dir))
     if series.evals:
-        series.minutes = "training minutes (evals left out)"
+        series.minutes = "training minutes (waits for evals left out)"
     else:
         series.evals = _pick(
             {tag: [((t - start) / 60.0, v) for t, _, v in events] for tag, events in scalars.items()}

@@ -19,44 +19,73 @@ def evaluated(at: float, eval_s: float, step: int, strict: float, mode: str = "b
     return {"time": at, "eval_s": eval_s, "step": step, "model_version": step, "mode": mode, "scores": scores}
 
 
-def test_train_minutes_leave_out_the_evals_before_each_point(tmp_path: pathlib.Path) -> None:
+def stepped(step: int, at: float, read_s: float = 0.0, work_s: float = 0.0) -> dict:
+    """A trainer step record: it waited `read_s` for its batch, then worked `work_s` until `at`."""
+    return {"step": step, "time": at, "metrics": {"time/read": read_s, "time/step": work_s}}
+
+
+def test_train_minutes_leave_out_the_trainers_waits_during_evals(tmp_path: pathlib.Path) -> None:
+    # on-policy: step 1 waits 100-110 and works 110-130; step 2 waits 130-165 (through the eval at
+    # 140-150, then for the batch sampled after it) and works 165-190
     cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
     run = pathlib.Path(cfg.run_dir)
     write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
     write_lines(
-        run / "trainer" / "progress.jsonl", [{"step": s, "time": t} for s, t in ((1, 130.0), (2, 190.0))]
+        run / "trainer" / "progress.jsonl", [stepped(1, 130.0, 10.0, 20.0), stepped(2, 190.0, 35.0, 25.0)]
     )
     write_lines(
         run / "eval" / "results.jsonl",
         [
             evaluated(150.0, 10.0, 1, 0.2),  # began 140: 40 s of training
             evaluated(95.0, 20.0, 0, 0.0, mode="bench"),  # start of stage, before the trainer: 0
-            evaluated(185.0, 5.0, 2, 0.4),  # began 180: 80 s less the 10 s eval before it = 70 s
-            evaluated(230.0, 20.0, 2, 0.5, mode="bench"),  # after the run: up to the last step (190) = 75 s
+            evaluated(185.0, 5.0, 2, 0.4),  # began 180: 80 s less the 10 s waited during the eval = 70 s
+            # after the run: up to the last step (190) = 90 s, less those 10 s; the eval at 180-185
+            # ran while the trainer worked, so it is not left out
+            evaluated(230.0, 20.0, 2, 0.5, mode="bench"),
         ],
     )
 
     curve = learning_curve(cfg)
 
-    assert [p["train_minutes"] for p in curve] == [0.0, round(40 / 60, 2), round(70 / 60, 2), 1.25]
+    assert [p["train_minutes"] for p in curve] == [
+        0.0,
+        round(40 / 60, 2),
+        round(70 / 60, 2),
+        round(80 / 60, 2),
+    ]
 
     assert [p["step"] for p in curve] == [0, 1, 2, 2]
     assert list(curve[1]["scores"]) == ["eval/h/strict/mean@1", "eval/h/boxed/mean@1"]  # main first
     assert curve[2]["scores"]["eval/h/strict/mean@1"] == 0.4
 
 
-def test_train_minutes_never_go_back(tmp_path: pathlib.Path) -> None:
-    # an in-run eval that began during the trainer's last step (170-190), then the end-of-stage eval:
-    # 190 - 100 - the 15 s eval = 75 s would come before the first point's 80 s
+def test_an_eval_the_trainer_trained_through_is_not_left_out(tmp_path: pathlib.Path) -> None:
+    # fully asynchronous: the trainer works 105-150 and 150-195 on rows already written while the
+    # explorer evaluates 120-170; the evals' 50 s were training time
     cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
     run = pathlib.Path(cfg.run_dir)
     write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
-    write_lines(run / "trainer" / "progress.jsonl", [{"step": 1, "time": 190.0}])
+    write_lines(
+        run / "trainer" / "progress.jsonl", [stepped(1, 150.0, 5.0, 45.0), stepped(2, 195.0, 0.0, 45.0)]
+    )
     write_lines(
         run / "eval" / "results.jsonl",
-        [evaluated(195.0, 15.0, 1, 0.4), evaluated(230.0, 20.0, 1, 0.5, mode="bench")],
+        [evaluated(170.0, 50.0, 1, 0.2), evaluated(200.0, 2.0, 2, 0.4)],
     )
-    assert [p["train_minutes"] for p in learning_curve(cfg)] == [round(80 / 60, 2), round(80 / 60, 2)]
+    assert [p["train_minutes"] for p in learning_curve(cfg)] == [round(20 / 60, 2), round(95 / 60, 2)]
+
+
+def test_evals_of_two_explorers_at_once_are_left_out_once(tmp_path: pathlib.Path) -> None:
+    # the trainer waits 100-160; two evals overlap (110-140 and 120-150): 40 s of waiting left out
+    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
+    run = pathlib.Path(cfg.run_dir)
+    write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
+    write_lines(run / "trainer" / "progress.jsonl", [stepped(1, 180.0, 60.0, 20.0)])
+    write_lines(
+        run / "eval" / "results.jsonl",
+        [evaluated(140.0, 30.0, 0, 0.1), evaluated(150.0, 30.0, 0, 0.1), evaluated(200.0, 5.0, 1, 0.3)],
+    )
+    assert learning_curve(cfg)[-1]["train_minutes"] == round((80 - 40) / 60, 2)
 
 
 def test_a_run_that_trained_nothing_has_no_train_minutes(tmp_path: pathlib.Path) -> None:
@@ -82,7 +111,13 @@ def test_a_continued_run_counts_no_time_between_its_trainer_starts(tmp_path: pat
     )
     write_lines(
         run / "trainer" / "progress.jsonl",
-        [{"step": s, "time": t} for s, t in ((1, 130.0), (2, 190.0), (3, 7540.0), (4, 7600.0))],
+        # step 2 waits 130-160 (through the eval at 140-150), step 4 7540-7570 (the one at 7555-7560)
+        [
+            stepped(1, 130.0),
+            stepped(2, 190.0, 30.0, 30.0),
+            stepped(3, 7540.0),
+            stepped(4, 7600.0, 30.0, 30.0),
+        ],
     )
     write_lines(
         run / "eval" / "results.jsonl",

@@ -92,7 +92,7 @@ def test_a_run_with_a_learning_curve_is_drawn_against_training_minutes(tmp_path:
     (tmp_path / "summary.json").write_text(json.dumps({"stages": [{"name": "s", "eval": {"curve": curve}}]}))
     series = read_run(tmp_path)
     assert series.evals == {"h strict": [(0.0, 0.0), (7.5, 0.4)]}  # strict drawn, so not the reward
-    assert series.minutes == "training minutes (evals left out)"
+    assert series.minutes == "training minutes (waits for evals left out)"
     assert len(series.reward) == 3  # the reward per step still comes from the scalars
 
 
