@@ -7,12 +7,11 @@ bench explorer and the explorer's own evals every `eval_interval` steps) becomes
 `train_minutes` counts the wall time the trainer was up, from its first start (its first `resumed`
 event) to the moment the eval began, minus the time the trainer sat waiting for a batch while an
 eval before it ran (its waits are in its step records: `time/read`, ending where the step's own work
-began). An on-policy trainer waits through an explorer's eval, so the eval's time is left out; a
-fully asynchronous one trains on through it, so nothing is. That makes it an upper bound on the
-minutes a run without evals would have needed to reach those weights: an eval that slows the
-trainer (both on the same cores), or delays the batch after it, still counts. (Until 2026-11-28 the
-evals' whole time was subtracted, which undercounts whenever the trainer kept training meanwhile.)
-A run continued later (`total_steps` raised, `continue_from_checkpoint`) starts the trainer again:
+began). A trainer that waits for the explorer through an eval has the eval's time left out; one
+that trains on through it (fully asynchronous, with rows buffered; or on the batch written just
+before the eval) has nothing left out. That makes it an upper bound on the minutes a run without
+evals would have needed to reach those weights: an eval that slows the trainer (both on the same
+cores), or delays the batch after it, still counts. A run continued later (`total_steps` raised, `continue_from_checkpoint`) starts the trainer again:
 each start opens a session that ends at its last step record, and the wall time between sessions
 (the first run's end-of-stage eval, the hours before the second `trinity run`; likewise a restart
 after a crash) is not counted. The start-of-stage eval is at 0; the end-of-stage eval at the

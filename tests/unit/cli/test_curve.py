@@ -24,17 +24,25 @@ def stepped(step: int, at: float, read_s: float = 0.0, work_s: float = 0.0) -> d
     return {"step": step, "time": at, "metrics": {"time/read": read_s, "time/step": work_s}}
 
 
+def curve_of(tmp_path: pathlib.Path, starts: list[float], steps: list[dict], evals: list[dict]) -> list[dict]:
+    """The learning curve of a run whose trainer started at `starts`, stepped and was evaluated so."""
+    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
+    run = pathlib.Path(cfg.run_dir)
+    write_lines(
+        run / "trainer" / "events.jsonl", [{"event": "resumed", "time": t, "at_line": 0} for t in starts]
+    )
+    write_lines(run / "trainer" / "progress.jsonl", steps)
+    write_lines(run / "eval" / "results.jsonl", evals)
+    return learning_curve(cfg)
+
+
 def test_train_minutes_leave_out_the_trainers_waits_during_evals(tmp_path: pathlib.Path) -> None:
     # on-policy: step 1 waits 100-110 and works 110-130; step 2 waits 130-165 (through the eval at
     # 140-150, then for the batch sampled after it) and works 165-190
-    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
-    run = pathlib.Path(cfg.run_dir)
-    write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
-    write_lines(
-        run / "trainer" / "progress.jsonl", [stepped(1, 130.0, 10.0, 20.0), stepped(2, 190.0, 35.0, 25.0)]
-    )
-    write_lines(
-        run / "eval" / "results.jsonl",
+    curve = curve_of(
+        tmp_path,
+        [100.0],
+        [stepped(1, 130.0, 10.0, 20.0), stepped(2, 190.0, 35.0, 25.0)],
         [
             evaluated(150.0, 10.0, 1, 0.2),  # began 140: 40 s of training
             evaluated(95.0, 20.0, 0, 0.0, mode="bench"),  # start of stage, before the trainer: 0
@@ -44,8 +52,6 @@ def test_train_minutes_leave_out_the_trainers_waits_during_evals(tmp_path: pathl
             evaluated(230.0, 20.0, 2, 0.5, mode="bench"),
         ],
     )
-
-    curve = learning_curve(cfg)
 
     assert [p["train_minutes"] for p in curve] == [
         0.0,
@@ -62,30 +68,24 @@ def test_train_minutes_leave_out_the_trainers_waits_during_evals(tmp_path: pathl
 def test_an_eval_the_trainer_trained_through_is_not_left_out(tmp_path: pathlib.Path) -> None:
     # fully asynchronous: the trainer works 105-150 and 150-195 on rows already written while the
     # explorer evaluates 120-170; the evals' 50 s were training time
-    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
-    run = pathlib.Path(cfg.run_dir)
-    write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
-    write_lines(
-        run / "trainer" / "progress.jsonl", [stepped(1, 150.0, 5.0, 45.0), stepped(2, 195.0, 0.0, 45.0)]
-    )
-    write_lines(
-        run / "eval" / "results.jsonl",
+    curve = curve_of(
+        tmp_path,
+        [100.0],
+        [stepped(1, 150.0, 5.0, 45.0), stepped(2, 195.0, 0.0, 45.0)],
         [evaluated(170.0, 50.0, 1, 0.2), evaluated(200.0, 2.0, 2, 0.4)],
     )
-    assert [p["train_minutes"] for p in learning_curve(cfg)] == [round(20 / 60, 2), round(95 / 60, 2)]
+    assert [p["train_minutes"] for p in curve] == [round(20 / 60, 2), round(95 / 60, 2)]
 
 
 def test_evals_of_two_explorers_at_once_are_left_out_once(tmp_path: pathlib.Path) -> None:
     # the trainer waits 100-160; two evals overlap (110-140 and 120-150): 40 s of waiting left out
-    cfg = load_config(None, [f"checkpoint_root_dir={tmp_path}"])
-    run = pathlib.Path(cfg.run_dir)
-    write_lines(run / "trainer" / "events.jsonl", [{"event": "resumed", "time": 100.0, "at_line": 0}])
-    write_lines(run / "trainer" / "progress.jsonl", [stepped(1, 180.0, 60.0, 20.0)])
-    write_lines(
-        run / "eval" / "results.jsonl",
+    curve = curve_of(
+        tmp_path,
+        [100.0],
+        [stepped(1, 180.0, 60.0, 20.0)],
         [evaluated(140.0, 30.0, 0, 0.1), evaluated(150.0, 30.0, 0, 0.1), evaluated(200.0, 5.0, 1, 0.3)],
     )
-    assert learning_curve(cfg)[-1]["train_minutes"] == round((80 - 40) / 60, 2)
+    assert curve[-1]["train_minutes"] == round((80 - 40) / 60, 2)
 
 
 def test_a_run_that_trained_nothing_has_no_train_minutes(tmp_path: pathlib.Path) -> None:
