@@ -11,10 +11,10 @@ began). A trainer that waits for the explorer through an eval has the eval's tim
 that trains on through it (fully asynchronous, with rows buffered; or on the batch written just
 before the eval) has nothing left out. That makes it an upper bound on the minutes a run without
 evals would have needed to reach those weights: an eval that slows the trainer (both on the same
-cores), or delays the batch after it, still counts. A run continued later (`total_steps` raised, `continue_from_checkpoint`) starts the trainer again:
-each start opens a session that ends at its last step record, and the wall time between sessions
-(the first run's end-of-stage eval, the hours before the second `trinity run`; likewise a restart
-after a crash) is not counted. The start-of-stage eval is at 0; the end-of-stage eval at the
+cores), or delays the batch after it, still counts. A run continued later (`total_steps` raised,
+`continue_from_checkpoint`) starts the trainer again: each start opens a session that ends at its
+last step record, and the wall time between sessions (the first run's end-of-stage eval, the hours
+before the second `trinity run`; likewise a restart after a crash) is not counted. The start-of-stage eval is at 0; the end-of-stage eval at the
 trainer's last step; a later point never has fewer minutes than an earlier one. A run that trained
 nothing (bench, explore) has no `train_minutes`.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from services.cli.phases import TRAINER_PHASES
 from services.cli.stages import eval_records, main_first
 from services.common.config import TrinityConfig
 from services.trainer.tally import read_lines
@@ -54,18 +55,16 @@ def _trained_seconds(sessions: list[tuple[float, float]], at: float) -> float:
     return sum(max(0.0, min(at, end) - start) for start, end in sessions)
 
 
-# the phases of a step after its read, in the order the trainer runs them (trainer/service.py)
-_AFTER_READ = ("time/step", "time/replay_journal", "time/ack", "time/publish")
-
-
 def _trainer_waits(stage: TrinityConfig) -> list[tuple[float, float]]:
-    """(start, end) wall times of the trainer's waits for a batch, from its step records."""
+    """(start, end) wall times of the trainer's waits for a batch, from its step records: a step
+    reads first (`wait_read`), then runs its other phases (cli/phases.py) until its record's time."""
     waits = []
     for record in read_lines(os.path.join(stage.run_dir, "trainer", "progress.jsonl")):
         metrics = (record or {}).get("metrics") or {}
-        wait = float(metrics.get("time/read", 0.0))
+        wait = TRAINER_PHASES["wait_read"](metrics)
         if record and "time" in record and wait > 0:
-            end = float(record["time"]) - sum(float(metrics.get(k, 0.0)) for k in _AFTER_READ)
+            work = sum(fn(metrics) for name, fn in TRAINER_PHASES.items() if name != "wait_read")
+            end = float(record["time"]) - work
             waits.append((end - wait, end))
     return waits
 
